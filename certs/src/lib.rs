@@ -1,0 +1,1 @@
+//! Webhook certificate life cycle (issue 5): placeholder until the rcgen code lands.

@@ -1,0 +1,306 @@
+//! The `LLMScaler` custom resource (`autoscaling.modelsphere.dev/v1alpha1`), spec §1.
+//!
+//! Doc comments on fields become the OpenAPI descriptions that `kubectl explain` prints.
+//! Optional fields are `Option`s so that "not set" stays visible: the mutating webhook
+//! ([`crate::defaults::apply_defaults`]) writes the defaults into the stored object, and the
+//! `effective_*` accessors fall back to the same defaults when it did not run.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::defaults;
+
+/// Desired state of an LLMScaler: the workload to scale, where its load signal comes from, and
+/// the bounds and damping of the replica count.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "autoscaling.modelsphere.dev",
+    version = "v1alpha1",
+    kind = "LLMScaler",
+    plural = "llmscalers",
+    singular = "llmscaler",
+    shortname = "llms",
+    category = "autoscaling",
+    namespaced,
+    status = "LLMScalerStatus",
+    printcolumn(name = "MinReplicas", type_ = "integer", json_path = ".spec.minReplicas"),
+    printcolumn(name = "MaxReplicas", type_ = "integer", json_path = ".spec.maxReplicas"),
+    printcolumn(
+        name = "CurrentReplicas",
+        type_ = "integer",
+        json_path = ".status.currentReplicas"
+    ),
+    printcolumn(
+        name = "DesiredReplicas",
+        type_ = "integer",
+        json_path = ".status.desiredReplicas"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(
+    validation = Rule::new("self.minReplicas <= self.maxReplicas")
+        .message("minReplicas must be less than or equal to maxReplicas")
+        .field_path(".minReplicas"),
+    validation = Rule::new("(has(self.metricProvider) && self.metricProvider == 'Custom') || (has(self.metrics) && size(self.metrics) > 0)")
+        .message("metrics must not be empty under the Prometheus provider")
+        .field_path(".metrics"),
+    validation = Rule::new("!has(self.metricProvider) || self.metricProvider != 'Custom' || has(self.customProvider)")
+        .message("customProvider is required when metricProvider is Custom")
+        .field_path(".customProvider"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LLMScalerSpec {
+    /// The workload to scale, in the LLMScaler's own namespace. Deployment, StatefulSet,
+    /// LeaderWorkerSet, or any kind with `spec.replicas` and `status.readyReplicas`.
+    pub target_ref: TargetRef,
+
+    /// Where metric values come from: `Prometheus` (PromQL queries in `metrics`) or `Custom`
+    /// (an external decision server, see `customProvider`). Never layered: no fallback.
+    /// Default `Prometheus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric_provider: Option<MetricProvider>,
+
+    /// The decision server to ask under the `Custom` provider. Ignored under `Prometheus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_provider: Option<CustomProvider>,
+
+    /// Base URL of Prometheus (queries go to `{serverAddress}/api/v1/query`) or of the decision
+    /// server.
+    pub server_address: String,
+
+    /// Extra HTTP headers sent verbatim on every metric request (e.g. `Authorization`). Values
+    /// are never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_headers: Option<BTreeMap<String, String>>,
+
+    /// Lower bound on replicas, at least 0. 0 enables scale-to-zero.
+    #[schemars(range(min = 0))]
+    pub min_replicas: i32,
+
+    /// Upper bound on replicas, at least 0. 0 pins the fleet at zero.
+    #[schemars(range(min = 0))]
+    pub max_replicas: i32,
+
+    /// PromQL queries, each returning exactly one series, with a target value per replica. The
+    /// largest recommendation across entries wins. Required (non-empty) under `Prometheus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Vec<MetricSpec>>,
+
+    /// Seconds between evaluations. Default 15.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub sync_period_seconds: Option<i32>,
+
+    /// Seconds before the next attempt when the target is missing or a sync fails. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub retry_period_seconds: Option<i32>,
+
+    /// Damping of scale-down and cache-aware choice of the pods removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_down: Option<ScaleDown>,
+
+    /// Accepted for compatibility with the reference operator; has no effect (admission warns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<Preemption>,
+}
+
+/// Reference to the scaled workload (no namespace: always the LLMScaler's own).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    /// API version of the workload, e.g. `apps/v1` or `leaderworkerset.x-k8s.io/v1`.
+    pub api_version: String,
+    /// Kind of the workload, e.g. `Deployment`, `StatefulSet`, `LeaderWorkerSet`.
+    pub kind: String,
+    /// Name of the workload in the LLMScaler's namespace.
+    pub name: String,
+}
+
+/// Source of the replica recommendation (spec §1).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MetricProvider {
+    /// PromQL instant queries against `serverAddress`, ratio to a target per replica.
+    #[default]
+    Prometheus,
+    /// An external decision server returning an absolute replica count.
+    Custom,
+}
+
+/// The decision server's coordinates under the `Custom` provider (spec §4).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomProvider {
+    /// Service identifier sent as the `serviceId` query parameter and matched in the reply.
+    pub service_id: String,
+    /// When set, the reply's decision must also match this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Path of the decisions endpoint under `serverAddress`. Default `/decisions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// One PromQL signal and the value per replica the fleet should run at.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricSpec {
+    /// Name shown in status, events and `simulate` columns. Default `metric<index>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// PromQL instant query returning exactly one series (aggregate with `avg(...)` or
+    /// `sum(...)`).
+    pub query: String,
+    /// Target value per replica, a quoted plain number on the query's own scale (`"0.8"`
+    /// against a 0-1 ratio, `"80"` against a 0-100 series). Finite and greater than zero; a `%`
+    /// suffix is refused.
+    pub target: String,
+}
+
+/// Scale-down damping and cache-aware teardown (spec §2 steps 5-8, §5).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDown {
+    /// Seconds of recommendations whose maximum is used when scaling down. 0 (default) = off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub stabilization_window_seconds: Option<i32>,
+    /// Largest number of replicas removed in one step. 0 (default) = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_step_replicas: Option<i32>,
+    /// `CacheAware` (default): mark the pods to remove with a low `pod-deletion-cost` before
+    /// lowering replicas (Deployments only). `None`: leave the choice to the ReplicaSet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behavior: Option<ScaleDownBehavior>,
+    /// PromQL returning one series per pod (each with a `pod` label); the pods with the lowest
+    /// values are removed first. Without it the newest pods go first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_cost_query: Option<String>,
+}
+
+/// How the pods removed by a scale-down are chosen (spec §5).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ScaleDownBehavior {
+    /// Mark victims with `controller.kubernetes.io/pod-deletion-cost` first.
+    #[default]
+    CacheAware,
+    /// Let the workload controller choose.
+    None,
+}
+
+/// Accepted for compatibility; has no effect.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Preemption {
+    /// Has no effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable: Option<bool>,
+    /// Has no effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
+}
+
+/// Observed state, written by the operator with server-side apply on the status subresource.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LLMScalerStatus {
+    /// The target's ready replicas at the last sync (the figure the ratio uses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_replicas: Option<i32>,
+    /// Last recommendation after clamping and stabilization, before the step cap: while a step
+    /// cap walks the fleet down it shows the destination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// The generation of the spec the last sync acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When `spec.replicas` of the target was last changed by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+    /// Recommendations inside the scale-down stabilization window, oldest first, so that a
+    /// restart or a leader change cannot forget them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendations: Option<Vec<RecommendationRecord>>,
+    /// `Ready`, `ScalingActive`, `AbleToScale`, `ScalingLimited`, `ReplicasContested`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// One entry of the stabilization window history.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationRecord {
+    /// When the recommendation was made.
+    pub time: Time,
+    /// The clamped recommendation, in replicas.
+    pub replicas: i32,
+}
+
+impl LLMScalerSpec {
+    /// The provider in force (`Prometheus` when unset).
+    pub fn effective_provider(&self) -> MetricProvider {
+        self.metric_provider.unwrap_or_default()
+    }
+
+    /// Seconds between evaluations (spec §1 default 15).
+    pub fn effective_sync_period_seconds(&self) -> i32 {
+        self.sync_period_seconds
+            .unwrap_or(defaults::SYNC_PERIOD_SECONDS)
+    }
+
+    /// Seconds before retrying after a failed sync (spec §1 default 10).
+    pub fn effective_retry_period_seconds(&self) -> i32 {
+        self.retry_period_seconds
+            .unwrap_or(defaults::RETRY_PERIOD_SECONDS)
+    }
+
+    /// Scale-down stabilization window in seconds; 0 = off.
+    pub fn effective_stabilization_window_seconds(&self) -> i32 {
+        self.scale_down
+            .as_ref()
+            .and_then(|s| s.stabilization_window_seconds)
+            .unwrap_or(0)
+    }
+
+    /// Largest scale-down step in replicas; 0 = unlimited.
+    pub fn effective_max_step_replicas(&self) -> i32 {
+        self.scale_down
+            .as_ref()
+            .and_then(|s| s.max_step_replicas)
+            .unwrap_or(0)
+    }
+
+    /// Victim-marking behaviour (`CacheAware` when unset).
+    pub fn effective_scale_down_behavior(&self) -> ScaleDownBehavior {
+        self.scale_down
+            .as_ref()
+            .and_then(|s| s.behavior)
+            .unwrap_or_default()
+    }
+
+    /// The metric list (empty when unset).
+    pub fn metrics(&self) -> &[MetricSpec] {
+        self.metrics.as_deref().unwrap_or_default()
+    }
+}
+
+impl MetricSpec {
+    /// The metric's name, or `metric<index>` when unnamed (the `simulate` column name).
+    pub fn display_name(&self, index: usize) -> String {
+        match &self.name {
+            Some(name) if !name.is_empty() => name.clone(),
+            _ => format!("metric{index}"),
+        }
+    }
+}

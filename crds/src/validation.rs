@@ -1,0 +1,561 @@
+//! The admission rules of spec §8, as pure functions shared by the webhook, the controller
+//! (which re-checks at reconcile time) and the `simulate` / `probe` commands.
+//!
+//! Every function returns *all* violations, each with the field path it is about
+//! (`spec.metrics[1].target`), so a user fixes a manifest in one round.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+use crate::types::{LLMScaler, LLMScalerSpec, MetricProvider};
+
+/// One violated rule: the field path (`spec.metrics[1].target`) and why it is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Dotted path from the object root, with list indexes, e.g. `spec.scaleDown.maxStepReplicas`.
+    pub path: String,
+    /// What is wrong and, where it helps, how to fix it.
+    pub message: String,
+}
+
+impl FieldError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// All violations of one object, printed one per line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+impl std::error::Error for ValidationErrors {}
+
+/// Parses `metrics[].target` (spec §1): a plain number on the query's own scale, finite and
+/// greater than zero.
+///
+/// # Errors
+/// A message (without the field path) for an empty string, a `%` suffix, anything that is not a
+/// number, NaN/±Inf, and zero or negative values.
+pub fn parse_target(raw: &str) -> Result<f64, String> {
+    const SCALE_HINT: &str = "targets are plain numbers on the query's own scale";
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(format!(
+            "target is empty; {SCALE_HINT} (e.g. \"0.8\" against a 0-1 ratio)"
+        ));
+    }
+    if trimmed.ends_with('%') {
+        let bare = trimmed.trim_end_matches('%');
+        return Err(format!(
+            "{raw:?} is not a number; {SCALE_HINT} (write \"{bare}\" against a 0-100 series, or the fraction against a 0-1 ratio)"
+        ));
+    }
+    let value: f64 = trimmed
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a number; {SCALE_HINT}"))?;
+    if !value.is_finite() {
+        return Err(format!("{raw:?} is not a finite number; {SCALE_HINT}"));
+    }
+    if value <= 0.0 {
+        return Err(format!("{raw:?} must be greater than zero"));
+    }
+    Ok(value)
+}
+
+/// Checks every rule of spec §8 that a spec can break and returns all violations (empty when
+/// valid). Paths start at `spec.`. Call it on a defaulted spec or a raw one: unset optional
+/// fields are never errors.
+pub fn validate_spec(spec: &LLMScalerSpec) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    validate_target_ref(spec, &mut errors);
+    validate_server(spec, &mut errors);
+    validate_bounds(spec, &mut errors);
+    validate_provider(spec, &mut errors);
+    validate_scale_down(spec, &mut errors);
+    errors
+}
+
+/// Like [`validate_spec`] but returns `Err` with every violation.
+///
+/// # Errors
+/// [`ValidationErrors`] holding each violation with its field path.
+pub fn check_spec(spec: &LLMScalerSpec) -> Result<(), ValidationErrors> {
+    let errors = validate_spec(spec);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationErrors(errors))
+    }
+}
+
+fn validate_target_ref(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let target = &spec.target_ref;
+    for (field, value) in [
+        ("apiVersion", &target.api_version),
+        ("kind", &target.kind),
+        ("name", &target.name),
+    ] {
+        if value.trim().is_empty() {
+            errors.push(FieldError::new(
+                format!("spec.targetRef.{field}"),
+                "required and must not be empty",
+            ));
+        }
+    }
+    if !target.api_version.trim().is_empty() && !is_api_version(&target.api_version) {
+        errors.push(FieldError::new(
+            "spec.targetRef.apiVersion",
+            format!(
+                "{:?} is not an API version; expected `version` or `group/version`, e.g. \"apps/v1\"",
+                target.api_version
+            ),
+        ));
+    }
+}
+
+/// `v1`, `v1beta2`, `apps/v1`, `leaderworkerset.x-k8s.io/v1alpha1`.
+fn is_api_version(raw: &str) -> bool {
+    let (group, version) = match raw.split_once('/') {
+        Some((group, version)) => (Some(group), version),
+        None => (None, raw),
+    };
+    let group_ok = group.is_none_or(|g| {
+        !g.is_empty()
+            && g.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    });
+    group_ok && is_version(version)
+}
+
+/// `v<digits>` optionally followed by `alpha<digits>` or `beta<digits>`.
+fn is_version(raw: &str) -> bool {
+    let Some(rest) = raw.strip_prefix('v') else {
+        return false;
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    if digits == 0 || rest.starts_with('0') {
+        return false;
+    }
+    let tail = &rest[digits..];
+    if tail.is_empty() {
+        return true;
+    }
+    let number = tail
+        .strip_prefix("alpha")
+        .or_else(|| tail.strip_prefix("beta"));
+    number.is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+fn validate_server(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let address = spec.server_address.trim();
+    if address.is_empty() {
+        errors.push(FieldError::new(
+            "spec.serverAddress",
+            "required: the Prometheus or decision server base URL, e.g. \"http://prometheus.monitoring:9090\"",
+        ));
+    } else {
+        match url::Url::parse(address) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {}
+            Ok(url) => errors.push(FieldError::new(
+                "spec.serverAddress",
+                format!(
+                    "{address:?} must be an http or https URL with a host (scheme was {:?})",
+                    url.scheme()
+                ),
+            )),
+            Err(err) => errors.push(FieldError::new(
+                "spec.serverAddress",
+                format!("{address:?} is not a URL: {err}"),
+            )),
+        }
+    }
+    for (name, value) in spec.server_headers.iter().flatten() {
+        if name.is_empty() || !name.bytes().all(is_header_token_byte) {
+            errors.push(FieldError::new(
+                format!("spec.serverHeaders[{name:?}]"),
+                "is not a valid HTTP header name",
+            ));
+        }
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            // The value itself is never echoed: it usually carries a token.
+            errors.push(FieldError::new(
+                format!("spec.serverHeaders[{name:?}]"),
+                "value must not contain CR, LF or NUL",
+            ));
+        }
+    }
+}
+
+/// RFC 9110 `tchar`.
+fn is_header_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn validate_bounds(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    if spec.min_replicas < 0 {
+        errors.push(FieldError::new(
+            "spec.minReplicas",
+            format!("{} must be 0 or more", spec.min_replicas),
+        ));
+    }
+    if spec.max_replicas < 0 {
+        errors.push(FieldError::new(
+            "spec.maxReplicas",
+            format!("{} must be 0 or more", spec.max_replicas),
+        ));
+    }
+    if spec.min_replicas > spec.max_replicas {
+        errors.push(FieldError::new(
+            "spec.minReplicas",
+            format!(
+                "{} must be less than or equal to spec.maxReplicas ({})",
+                spec.min_replicas, spec.max_replicas
+            ),
+        ));
+    }
+    for (field, value) in [
+        ("syncPeriodSeconds", spec.sync_period_seconds),
+        ("retryPeriodSeconds", spec.retry_period_seconds),
+    ] {
+        if let Some(v) = value
+            && v < 1
+        {
+            errors.push(FieldError::new(
+                format!("spec.{field}"),
+                format!("{v} must be at least 1 second"),
+            ));
+        }
+    }
+}
+
+fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    match spec.effective_provider() {
+        MetricProvider::Prometheus => {
+            let metrics = spec.metrics();
+            if metrics.is_empty() {
+                errors.push(FieldError::new(
+                    "spec.metrics",
+                    "must list at least one {query, target} under the Prometheus provider",
+                ));
+            }
+            let mut seen = std::collections::BTreeMap::new();
+            for (i, metric) in metrics.iter().enumerate() {
+                if metric.query.trim().is_empty() {
+                    errors.push(FieldError::new(
+                        format!("spec.metrics[{i}].query"),
+                        "required: a PromQL query returning exactly one series",
+                    ));
+                }
+                if let Err(message) = parse_target(&metric.target) {
+                    errors.push(FieldError::new(format!("spec.metrics[{i}].target"), message));
+                }
+                let name = metric.display_name(i);
+                if let Some(first) = seen.insert(name.clone(), i) {
+                    errors.push(FieldError::new(
+                        format!("spec.metrics[{i}].name"),
+                        format!("{name:?} is already the name of spec.metrics[{first}]"),
+                    ));
+                }
+            }
+        }
+        MetricProvider::Custom => match &spec.custom_provider {
+            None => errors.push(FieldError::new(
+                "spec.customProvider",
+                "required when spec.metricProvider is Custom",
+            )),
+            Some(custom) => {
+                if custom.service_id.trim().is_empty() {
+                    errors.push(FieldError::new(
+                        "spec.customProvider.serviceId",
+                        "required and must not be empty",
+                    ));
+                }
+            }
+        },
+    }
+}
+
+fn validate_scale_down(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let Some(scale_down) = &spec.scale_down else {
+        return;
+    };
+    for (field, value) in [
+        (
+            "stabilizationWindowSeconds",
+            scale_down.stabilization_window_seconds,
+        ),
+        ("maxStepReplicas", scale_down.max_step_replicas),
+    ] {
+        if let Some(v) = value
+            && v < 0
+        {
+            errors.push(FieldError::new(
+                format!("spec.scaleDown.{field}"),
+                format!("{v} must be 0 or more (0 turns it off)"),
+            ));
+        }
+    }
+    if let Some(query) = &scale_down.deletion_cost_query
+        && query.trim().is_empty()
+    {
+        errors.push(FieldError::new(
+            "spec.scaleDown.deletionCostQuery",
+            "must not be empty when set (leave it out to remove the newest pods first)",
+        ));
+    }
+}
+
+/// Deserializes a whole `LLMScaler` from YAML or JSON text, reporting type errors (a string
+/// where a number belongs, an unknown `metricProvider`) with their field path.
+///
+/// # Errors
+/// [`ValidationErrors`] with one entry: the path of the first field serde could not read.
+pub fn parse_llmscaler_yaml(text: &str) -> Result<LLMScaler, ValidationErrors> {
+    let deserializer = serde_yaml::Deserializer::from_str(text);
+    from_deserializer(deserializer)
+}
+
+/// Like [`parse_llmscaler_yaml`] for an already-parsed JSON value (an AdmissionReview object).
+///
+/// # Errors
+/// [`ValidationErrors`] with the path of the first field serde could not read.
+pub fn parse_json_value<T: DeserializeOwned>(
+    value: &serde_json::Value,
+) -> Result<T, ValidationErrors> {
+    from_deserializer(value)
+}
+
+fn from_deserializer<'de, T, D>(deserializer: D) -> Result<T, ValidationErrors>
+where
+    T: DeserializeOwned,
+    D: serde::Deserializer<'de>,
+    D::Error: fmt::Display,
+{
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let path = if path == "." { "(root)".to_string() } else { path };
+        ValidationErrors(vec![FieldError::new(path, err.inner().to_string())])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{CustomProvider, MetricSpec, ScaleDown, TargetRef};
+
+    fn valid() -> LLMScalerSpec {
+        LLMScalerSpec {
+            target_ref: TargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "vllm".into(),
+            },
+            metric_provider: None,
+            custom_provider: None,
+            server_address: "http://prometheus.monitoring:9090".into(),
+            server_headers: None,
+            min_replicas: 1,
+            max_replicas: 5,
+            metrics: Some(vec![MetricSpec {
+                name: None,
+                query: "avg(vllm:num_requests_waiting)".into(),
+                target: "0.5".into(),
+            }]),
+            sync_period_seconds: None,
+            retry_period_seconds: None,
+            scale_down: None,
+            preemption: None,
+        }
+    }
+
+    fn paths(spec: &LLMScalerSpec) -> Vec<String> {
+        validate_spec(spec).into_iter().map(|e| e.path).collect()
+    }
+
+    #[test]
+    fn valid_spec_has_no_errors() {
+        assert_eq!(validate_spec(&valid()), vec![]);
+    }
+
+    #[test]
+    fn refused_targets_of_the_spec_table() {
+        for raw in ["80%", "0", "-1", "NaN", "abc", "", "inf", "-Infinity", "0.0"] {
+            assert!(parse_target(raw).is_err(), "{raw:?} must be refused");
+        }
+        assert_eq!(parse_target("0.8"), Ok(0.8));
+        assert_eq!(parse_target("80"), Ok(80.0));
+        assert_eq!(parse_target("1e-3"), Ok(0.001));
+    }
+
+    #[test]
+    fn percent_target_message_names_the_field_and_the_scale() {
+        let mut spec = valid();
+        spec.metrics = Some(vec![
+            MetricSpec {
+                name: Some("queue".into()),
+                query: "avg(q)".into(),
+                target: "2".into(),
+            },
+            MetricSpec {
+                name: Some("kv".into()),
+                query: "avg(kv)".into(),
+                target: "80%".into(),
+            },
+        ]);
+        let errors = validate_spec(&spec);
+        assert_eq!(errors.len(), 1);
+        let text = errors[0].to_string();
+        assert!(
+            text.starts_with(
+                "spec.metrics[1].target: \"80%\" is not a number; targets are plain numbers on the query's own scale"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_violation_is_listed() {
+        let mut spec = valid();
+        spec.target_ref.name = String::new();
+        spec.target_ref.api_version = "apps/v1/extra".into();
+        spec.server_address = "prometheus:9090".into();
+        spec.min_replicas = 6;
+        spec.sync_period_seconds = Some(0);
+        spec.metrics = Some(vec![MetricSpec {
+            name: None,
+            query: " ".into(),
+            target: "abc".into(),
+        }]);
+        spec.scale_down = Some(ScaleDown {
+            stabilization_window_seconds: Some(-1),
+            max_step_replicas: Some(-2),
+            behavior: None,
+            deletion_cost_query: Some(String::new()),
+        });
+        assert_eq!(
+            paths(&spec),
+            vec![
+                "spec.targetRef.name",
+                "spec.targetRef.apiVersion",
+                "spec.serverAddress",
+                "spec.minReplicas",
+                "spec.syncPeriodSeconds",
+                "spec.metrics[0].query",
+                "spec.metrics[0].target",
+                "spec.scaleDown.stabilizationWindowSeconds",
+                "spec.scaleDown.maxStepReplicas",
+                "spec.scaleDown.deletionCostQuery",
+            ]
+        );
+    }
+
+    #[test]
+    fn negative_bounds_are_refused() {
+        let mut spec = valid();
+        spec.min_replicas = -1;
+        spec.max_replicas = -1;
+        assert_eq!(paths(&spec), vec!["spec.minReplicas", "spec.maxReplicas"]);
+    }
+
+    #[test]
+    fn zero_bounds_are_allowed() {
+        let mut spec = valid();
+        spec.min_replicas = 0;
+        spec.max_replicas = 0;
+        assert_eq!(paths(&spec), Vec::<String>::new());
+    }
+
+    #[test]
+    fn prometheus_needs_metrics() {
+        let mut spec = valid();
+        spec.metrics = Some(vec![]);
+        assert_eq!(paths(&spec), vec!["spec.metrics"]);
+        spec.metrics = None;
+        assert_eq!(paths(&spec), vec!["spec.metrics"]);
+    }
+
+    #[test]
+    fn custom_needs_custom_provider_and_not_metrics() {
+        let mut spec = valid();
+        spec.metric_provider = Some(MetricProvider::Custom);
+        spec.metrics = None;
+        assert_eq!(paths(&spec), vec!["spec.customProvider"]);
+        spec.custom_provider = Some(CustomProvider {
+            service_id: String::new(),
+            ..Default::default()
+        });
+        assert_eq!(paths(&spec), vec!["spec.customProvider.serviceId"]);
+        spec.custom_provider = Some(CustomProvider {
+            service_id: "llama".into(),
+            ..Default::default()
+        });
+        assert_eq!(paths(&spec), Vec::<String>::new());
+    }
+
+    #[test]
+    fn duplicate_metric_names_are_refused() {
+        let mut spec = valid();
+        let metric = MetricSpec {
+            name: Some("queue".into()),
+            query: "avg(q)".into(),
+            target: "1".into(),
+        };
+        spec.metrics = Some(vec![metric.clone(), metric]);
+        assert_eq!(paths(&spec), vec!["spec.metrics[1].name"]);
+    }
+
+    #[test]
+    fn api_versions() {
+        for ok in ["v1", "apps/v1", "leaderworkerset.x-k8s.io/v1", "x.io/v2beta1"] {
+            assert!(is_api_version(ok), "{ok}");
+        }
+        for bad in ["apps", "apps/", "/v1", "apps/v1/x", "Apps/v1", "apps/1", "apps/v0", "v1gamma1"] {
+            assert!(!is_api_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn header_rules_never_echo_the_value() {
+        let mut spec = valid();
+        spec.server_headers = Some(
+            [
+                ("Authorization".to_string(), "Bearer se\ncret".to_string()),
+                ("bad name".to_string(), "x".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        let errors = validate_spec(&spec);
+        assert_eq!(errors.len(), 2);
+        assert!(errors.iter().all(|e| !e.to_string().contains("cret")));
+    }
+
+    #[test]
+    fn type_errors_carry_the_path() {
+        let yaml = "apiVersion: autoscaling.modelsphere.dev/v1alpha1\nkind: LLMScaler\nmetadata: {name: x}\nspec:\n  targetRef: {apiVersion: apps/v1, kind: Deployment, name: d}\n  serverAddress: http://p:9090\n  minReplicas: 1\n  maxReplicas: 2\n  metricProvider: Datadog\n";
+        let err = parse_llmscaler_yaml(yaml).expect_err("unknown provider");
+        assert_eq!(err.0[0].path, "spec.metricProvider");
+        assert!(err.0[0].message.contains("Datadog"), "{}", err.0[0].message);
+    }
+}

@@ -1,0 +1,201 @@
+//! Helpers shared by the end-to-end tests that run against `e2e/cluster up`.
+//!
+//! The tests reach the cluster through the environment that `e2e/cluster env` prints:
+//! `KUBECONFIG` for the API client, and `LLMSCALER_KUBECTL` / `LLMSCALER_HELM` for the pinned
+//! command-line tools. Each test works in a namespace of its own ([`TestNamespace`]) and waits on
+//! conditions with a deadline ([`wait_for`]), never on fixed sleeps.
+
+use std::future::Future;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::{Client, ResourceExt};
+
+/// Environment variable holding the path of the pinned `kubectl` (set by `e2e/cluster env`).
+pub const KUBECTL_ENV: &str = "LLMSCALER_KUBECTL";
+/// Environment variable holding the path of the pinned `helm` (set by `e2e/cluster env`).
+pub const HELM_ENV: &str = "LLMSCALER_HELM";
+/// Label that kwok puts on the fake nodes created by `kwokctl scale node`.
+pub const KWOK_NODE_LABEL: &str = "type=kwok";
+/// How often [`wait_for`] re-checks its condition.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Installs the rustls crypto provider that `kube` is built with (aws-lc-rs).
+///
+/// rustls refuses to pick a provider by itself when more than one could be compiled in, so this
+/// must run before the first client is built. Calling it again is harmless.
+pub fn install_crypto_provider() {
+    // Err only means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+/// Builds a client for the cluster named by `KUBECONFIG` (as printed by `e2e/cluster env`).
+pub async fn client() -> anyhow::Result<Client> {
+    install_crypto_provider();
+    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_default();
+    Client::try_default().await.with_context(|| {
+        format!(
+            "building a client from KUBECONFIG={kubeconfig:?}; run `e2e/cluster up` and \
+             `eval \"$(e2e/cluster env)\"` first"
+        )
+    })
+}
+
+/// Path of the pinned `kubectl`: `$LLMSCALER_KUBECTL`, else `kubectl` from `PATH`.
+pub fn kubectl_path() -> String {
+    std::env::var(KUBECTL_ENV).unwrap_or_else(|_| "kubectl".to_owned())
+}
+
+/// Path of the pinned `helm`: `$LLMSCALER_HELM`, else `helm` from `PATH`.
+pub fn helm_path() -> String {
+    std::env::var(HELM_ENV).unwrap_or_else(|_| "helm".to_owned())
+}
+
+/// A name that no earlier or concurrent test run has used: `prefix-<seconds>-<pid>-<nanos>`,
+/// cut to the 63 characters a DNS label allows.
+pub fn unique_name(prefix: &str) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut name = format!(
+        "{prefix}-{}-{}-{}",
+        now.as_secs() % 1_000_000,
+        std::process::id(),
+        now.subsec_nanos() % 100_000
+    );
+    name.truncate(63);
+    name.trim_end_matches('-').to_owned()
+}
+
+/// Outcome of one check in [`wait_for`].
+#[derive(Debug)]
+pub enum Check<T> {
+    /// The condition holds; `wait_for` returns this value.
+    Done(T),
+    /// Not yet; the string says what was seen, and ends up in the timeout error.
+    NotYet(String),
+}
+
+/// Polls `check` every [`POLL_INTERVAL`] until it returns [`Check::Done`] or `timeout` passes.
+///
+/// An `Err` from `check` stops the wait at once. On timeout the error names `what` and the last
+/// state that `check` reported, so a failing test says what it was waiting for and what it saw.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Check<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check()
+            .await
+            .with_context(|| format!("waiting for {what}"))?
+        {
+            Check::Done(value) => return Ok(value),
+            Check::NotYet(seen) => seen,
+        };
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Names of the kwok fake nodes whose `Ready` condition is `True`, sorted.
+pub async fn ready_kwok_nodes(client: &Client) -> anyhow::Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes
+        .list(&ListParams::default().labels(KWOK_NODE_LABEL))
+        .await
+        .with_context(|| format!("listing nodes labelled {KWOK_NODE_LABEL}"))?;
+    let mut ready: Vec<String> = list
+        .items
+        .iter()
+        .filter(|node| {
+            node.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|conds| {
+                    conds
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+        })
+        .map(|node| node.name_any())
+        .collect();
+    ready.sort();
+    Ok(ready)
+}
+
+/// A namespace created for one test and deleted when the test ends.
+///
+/// Call [`TestNamespace::delete`] at the end of a test. If the test panics first, `Drop` still
+/// asks `kubectl` to delete the namespace (without waiting), so failed runs leave nothing behind.
+pub struct TestNamespace {
+    name: String,
+    client: Client,
+    deleted: bool,
+}
+
+impl TestNamespace {
+    /// Creates a namespace named [`unique_name`]`(prefix)`.
+    pub async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
+        let name = unique_name(prefix);
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/part-of".to_owned(),
+                        "llmscaler-e2e".to_owned(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(Self {
+            name,
+            client: client.clone(),
+            deleted: false,
+        })
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the namespace (the namespace controller then removes what is in it).
+    pub async fn delete(mut self) -> anyhow::Result<()> {
+        self.deleted = true;
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        namespaces
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting namespace {}", self.name))?;
+        Ok(())
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if self.deleted {
+            return;
+        }
+        // Best effort on the failure path only: a panicking test must still not leak its namespace.
+        let _ = std::process::Command::new(kubectl_path())
+            .args(["delete", "namespace", &self.name, "--wait=false"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
