@@ -1,0 +1,3 @@
+//! llmscaler
+
+pub mod metrics;

@@ -1,0 +1,418 @@
+//! Metric sources: the Prometheus HTTP API (spec §3) and the external decision server (spec §4).
+//!
+//! Both sources share one [`MetricsClient`] (a single `reqwest` connection pool using rustls with
+//! the process-wide aws-lc-rs crypto provider). Every request carries its own bounded timeout and
+//! no lock is held around requests, so one slow or hanging server delays only the scaler that
+//! points at it.
+//!
+//! Nothing here ever reads a metric that could not be measured as zero: an empty result, several
+//! series, NaN, ±Inf, a non-200 reply or an undecodable body all come back as a [`MetricError`],
+//! whose `Display` text is written for a Kubernetes condition message and an Event, and whose
+//! [`MetricError::kind`] is a short label for Prometheus metrics of the operator itself.
+//!
+//! Header values (`serverHeaders`) carry tokens: they are marked sensitive on every request, never
+//! logged, and redacted in every `Debug` output of this module.
+
+mod decision;
+mod error;
+mod prometheus;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::Url;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+pub use decision::{DECISION_API_VERSION, DEFAULT_DECISION_PATH, DecisionSource};
+pub use error::{MetricError, Subject};
+pub use prometheus::PrometheusSource;
+
+/// Default per-request timeout for metric requests: 5 seconds (spec §3).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Largest reply body accepted from a metric server, in bytes (8 MiB). A larger body is reported
+/// as [`MetricError::Decode`] rather than buffered.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Installs rustls' aws-lc-rs crypto provider as the process default unless one is installed.
+///
+/// The binary installs it first thing in `main`; this makes library users and tests safe too.
+/// Calling it several times, from several threads, is fine.
+pub fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race against another thread that installed one at the same time is fine.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
+}
+
+/// The HTTP client shared by every metric source of the process.
+///
+/// Cloning is cheap (the connection pool is reference-counted); build one per process and hand
+/// clones to each source. The client itself has no overall timeout: each request sets its own
+/// (see [`Endpoint::timeout`]).
+#[derive(Clone, Debug)]
+pub struct MetricsClient {
+    http: reqwest::Client,
+}
+
+impl MetricsClient {
+    /// Builds the shared client (rustls, aws-lc-rs provider, no system proxy lookup).
+    ///
+    /// Installs the crypto provider if none is installed yet ([`ensure_crypto_provider`]).
+    ///
+    /// # Errors
+    /// [`MetricError::Client`] when the TLS configuration cannot be built (for example no usable
+    /// root certificate store on the machine).
+    pub fn new() -> Result<Self, MetricError> {
+        ensure_crypto_provider();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("llmscaler/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(DEFAULT_TIMEOUT)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|source| MetricError::Client { source })?;
+        Ok(Self { http })
+    }
+
+    /// The underlying `reqwest` client.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+}
+
+/// Where a source sends its requests: base URL, extra headers and per-request timeout.
+///
+/// `Debug` prints the header names only; values are shown as `<redacted>`.
+#[derive(Clone)]
+pub struct Endpoint {
+    base: Url,
+    headers: HeaderMap,
+    timeout: Duration,
+}
+
+impl Endpoint {
+    /// Parses `server_address` (spec §1 `serverAddress`, an `http` or `https` base URL) and
+    /// `server_headers` (spec §1 `serverHeaders`, used verbatim on every request), with the
+    /// default timeout of 5 seconds.
+    ///
+    /// A trailing `/` on the address is ignored.
+    ///
+    /// # Errors
+    /// [`MetricError::InvalidAddress`] when the address is not an absolute `http`/`https` URL;
+    /// [`MetricError::InvalidHeader`] when a header name or value is not valid HTTP (the message
+    /// names the header, never its value).
+    pub fn new(
+        server_address: &str,
+        server_headers: &BTreeMap<String, String>,
+    ) -> Result<Self, MetricError> {
+        let base = parse_base(server_address)?;
+        let mut headers = HeaderMap::with_capacity(server_headers.len());
+        for (name, value) in server_headers {
+            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                MetricError::InvalidHeader {
+                    name: name.clone(),
+                    reason: "not a valid HTTP header name",
+                }
+            })?;
+            let mut header_value =
+                HeaderValue::from_str(value).map_err(|_| MetricError::InvalidHeader {
+                    name: name.clone(),
+                    reason: "value holds characters not allowed in an HTTP header",
+                })?;
+            header_value.set_sensitive(true);
+            headers.insert(header_name, header_value);
+        }
+        Ok(Self {
+            base,
+            headers,
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Sets the per-request timeout (whole request: connect, send, wait, read body).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The per-request timeout (default 5 seconds).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The base URL, without a trailing `/`.
+    pub fn base(&self) -> &str {
+        self.base.as_str().trim_end_matches('/')
+    }
+
+    /// Builds `{base}{path}` with exactly one `/` between the two, then appends `query` pairs
+    /// (URL-encoded).
+    pub(crate) fn url(&self, path: &str, query: &[(&str, &str)]) -> Result<Url, MetricError> {
+        let joined = join_path(self.base(), path);
+        let mut url = Url::parse(&joined).map_err(|e| MetricError::InvalidAddress {
+            address: joined.clone(),
+            reason: e.to_string(),
+        })?;
+        if !query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query {
+                pairs.append_pair(k, v);
+            }
+        }
+        Ok(url)
+    }
+
+    /// GETs `url` and returns `(status, content type, body)`, enforcing the timeout over the
+    /// whole exchange and the body size limit.
+    pub(crate) async fn get(
+        &self,
+        client: &MetricsClient,
+        url: Url,
+        subject: &Subject,
+    ) -> Result<Reply, MetricError> {
+        let exchange = async {
+            let mut response = client
+                .http()
+                .get(url)
+                .headers(self.headers.clone())
+                .timeout(self.timeout)
+                .send()
+                .await
+                .map_err(|e| transport_error(e, subject, self.timeout))?;
+            let status = response.status();
+            let content_type = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let mut body = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| transport_error(e, subject, self.timeout))?
+            {
+                if body.len() + chunk.len() > MAX_BODY_BYTES {
+                    return Err(MetricError::Decode {
+                        subject: subject.clone(),
+                        status: status.as_u16(),
+                        reason: format!("reply larger than {MAX_BODY_BYTES} bytes"),
+                    });
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(Reply {
+                status: status.as_u16(),
+                content_type,
+                body,
+            })
+        };
+        // reqwest's own timeout covers the exchange; this outer bound is a belt-and-braces guard
+        // so that nothing (DNS, a stalled body) can outlive the configured timeout.
+        match tokio::time::timeout(self.timeout + Duration::from_millis(100), exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(MetricError::Timeout {
+                subject: subject.clone(),
+                seconds: self.timeout.as_secs_f64(),
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: BTreeMap<&str, &str> = self
+            .headers
+            .keys()
+            .map(|k| (k.as_str(), "<redacted>"))
+            .collect();
+        f.debug_struct("Endpoint")
+            .field("base", &self.base())
+            .field("headers", &headers)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// A raw HTTP reply, before the source-specific decoding.
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) content_type: String,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Reply {
+    /// The body as text, cut to `max` characters, with whitespace collapsed; for error messages.
+    pub(crate) fn snippet(&self, max: usize) -> String {
+        snippet(&String::from_utf8_lossy(&self.body), max)
+    }
+}
+
+/// Collapses whitespace and cuts `text` to `max` characters (adding `…` when cut).
+pub(crate) fn snippet(text: &str, max: usize) -> String {
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() <= max {
+        collapsed
+    } else {
+        let mut cut: String = collapsed.chars().take(max).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+fn parse_base(server_address: &str) -> Result<Url, MetricError> {
+    let trimmed = server_address.trim();
+    let invalid = |reason: String| MetricError::InvalidAddress {
+        address: server_address.to_owned(),
+        reason,
+    };
+    let url = Url::parse(trimmed).map_err(|e| invalid(e.to_string()))?;
+    match url.scheme() {
+        "http" | "https" => {}
+        other => return Err(invalid(format!("scheme `{other}` is not http or https"))),
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("no host".to_owned()));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(
+            "a base address takes no query string or fragment".to_owned(),
+        ));
+    }
+    Ok(url)
+}
+
+/// Joins `base` (no trailing `/`) and `path` with exactly one `/`; repeated slashes inside
+/// `path` are collapsed too.
+fn join_path(base: &str, path: &str) -> String {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let base = base.trim_end_matches('/');
+    if segments.is_empty() {
+        format!("{base}/")
+    } else {
+        format!("{base}/{}", segments.join("/"))
+    }
+}
+
+fn transport_error(error: reqwest::Error, subject: &Subject, timeout: Duration) -> MetricError {
+    if error.is_timeout() {
+        MetricError::Timeout {
+            subject: subject.clone(),
+            seconds: timeout.as_secs_f64(),
+        }
+    } else {
+        MetricError::Transport {
+            subject: subject.clone(),
+            // The URL is part of the subject's context; strip it from reqwest's message so the
+            // text stays short and never repeats query strings twice.
+            reason: error_chain(&error.without_url()),
+        }
+    }
+}
+
+/// Renders an error and its sources as `a: b: c`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_path_normalises_slashes() {
+        assert_eq!(
+            join_path("http://h:1", "/decisions"),
+            "http://h:1/decisions"
+        );
+        assert_eq!(
+            join_path("http://h:1/", "decisions"),
+            "http://h:1/decisions"
+        );
+        assert_eq!(
+            join_path("http://h:1/", "//decisions/"),
+            "http://h:1/decisions"
+        );
+        assert_eq!(join_path("http://h:1/p/", "/a//b"), "http://h:1/p/a/b");
+        assert_eq!(join_path("http://h:1", ""), "http://h:1/");
+    }
+
+    #[test]
+    fn endpoint_builds_urls_with_encoded_query() {
+        let ep = Endpoint::new("http://127.0.0.1:9090/", &BTreeMap::new()).expect("endpoint");
+        let url = ep
+            .url("/api/v1/query", &[("query", "avg(x{a=\"b c\"}) + 1")])
+            .expect("url");
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:9090/api/v1/query?query=avg%28x%7Ba%3D%22b+c%22%7D%29+%2B+1"
+        );
+        let ep = Endpoint::new("http://prom.example:9090/prefix/", &BTreeMap::new()).expect("ep");
+        assert_eq!(
+            ep.url("api/v1/query", &[]).expect("url").as_str(),
+            "http://prom.example:9090/prefix/api/v1/query"
+        );
+    }
+
+    #[test]
+    fn endpoint_refuses_bad_addresses() {
+        for bad in [
+            "",
+            "prometheus:9090",
+            "ftp://h/",
+            "http://h:1/?x=1",
+            "not a url",
+        ] {
+            let err = Endpoint::new(bad, &BTreeMap::new()).expect_err(bad);
+            assert_eq!(err.kind(), "invalid_config", "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn debug_redacts_header_values() {
+        let headers = BTreeMap::from([
+            ("Authorization".to_owned(), "Bearer s3cr3t-token".to_owned()),
+            ("X-Scope-OrgID".to_owned(), "tenant-42".to_owned()),
+        ]);
+        let ep = Endpoint::new("http://h:1", &headers).expect("endpoint");
+        let debug = format!("{ep:?}");
+        assert!(!debug.contains("s3cr3t"), "{debug}");
+        assert!(!debug.contains("tenant-42"), "{debug}");
+        assert!(debug.contains("authorization"), "{debug}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+    }
+
+    #[test]
+    fn invalid_header_error_never_shows_the_value() {
+        let headers = BTreeMap::from([("Authorization".to_owned(), "Bearer a\nb".to_owned())]);
+        let err = Endpoint::new("http://h:1", &headers).expect_err("newline in value");
+        let text = err.to_string();
+        assert!(text.contains("Authorization"), "{text}");
+        assert!(!text.contains("Bearer"), "{text}");
+        let headers = BTreeMap::from([("Bad Name".to_owned(), "v".to_owned())]);
+        assert_eq!(
+            Endpoint::new("http://h:1", &headers)
+                .expect_err("space in name")
+                .kind(),
+            "invalid_config"
+        );
+    }
+
+    #[test]
+    fn snippet_collapses_and_cuts() {
+        assert_eq!(snippet("a \n\n b", 10), "a b");
+        assert_eq!(snippet("abcdef", 3), "abc…");
+    }
+}

@@ -1,0 +1,267 @@
+//! The Prometheus metric source (spec §3, §5 deletion cost) against a real Prometheus process
+//! scraping a vLLM-like exporter on loopback. Needs the `prometheus` binary; fails (never skips)
+//! without it.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use llmscaler::metrics::{MetricError, MetricsClient};
+use support::{
+    HangingServer, Prometheus, init, prometheus_source, start_bearer_proxy, start_exporter,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn expect_err(result: Result<f64, MetricError>, query: &str) -> MetricError {
+    match result {
+        Ok(v) => panic!("query `{query}` should fail, returned {v}"),
+        Err(e) => {
+            eprintln!("[{}] {e}", e.kind());
+            e
+        }
+    }
+}
+
+#[tokio::test]
+async fn real_prometheus_queries() {
+    init();
+    let exporter = start_exporter().await;
+    let prometheus = Prometheus::start(exporter.addr).await;
+    let client = MetricsClient::new().expect("client");
+    let source = prometheus_source(&client, &format!("{}/", prometheus.url()), &[], TIMEOUT);
+
+    // Data present for both pods, and two points of the histogram for rate().
+    prometheus
+        .wait_for_value(&source, "count(vllm:num_requests_waiting)", 2.0)
+        .await;
+    prometheus
+        .wait_for_value(
+            &source,
+            "count(rate(vllm:time_to_first_token_seconds_bucket[1m]))",
+            8.0,
+        )
+        .await;
+
+    // avg(...) returns the expected value; sum and scalars too.
+    assert_eq!(
+        source
+            .query("avg(vllm:num_requests_waiting)")
+            .await
+            .expect("avg waiting"),
+        4.0
+    );
+    assert_eq!(
+        source
+            .query("avg(vllm:kv_cache_usage_perc)")
+            .await
+            .expect("avg kv"),
+        0.5
+    );
+    assert_eq!(
+        source
+            .query("sum(vllm:num_requests_running{app=\"vllm\"})")
+            .await
+            .expect("sum running"),
+        8.0
+    );
+    assert_eq!(
+        source
+            .query("scalar(avg(vllm:num_requests_waiting))")
+            .await
+            .expect("scalar"),
+        4.0
+    );
+
+    // avg(avg_over_time(...[1m])) works.
+    assert_eq!(
+        source
+            .query("avg(avg_over_time(vllm:kv_cache_usage_perc[1m]))")
+            .await
+            .expect("avg_over_time"),
+        0.5
+    );
+
+    // Unaggregated: two series, both label sets named, told to aggregate.
+    let query = "vllm:num_requests_waiting";
+    let err = expect_err(source.query(query).await, query);
+    assert_eq!(err.kind(), "multiple_series");
+    let target = exporter.addr;
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Prometheus query `vllm:num_requests_waiting` returned 2 series, expected exactly \
+             one: vllm:num_requests_waiting{{app=\"vllm\", instance=\"{target}\", job=\"vllm\", \
+             namespace=\"llm\", pod=\"vllm-a\"}} and vllm:num_requests_waiting{{app=\"vllm\", \
+             instance=\"{target}\", job=\"vllm\", namespace=\"llm\", pod=\"vllm-b\"}}; aggregate \
+             it, e.g. wrap it in avg(...) or sum(...)"
+        )
+    );
+
+    // histogram_quantile over an empty histogram is NaN: not measurable, never 0.
+    let query =
+        "histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))";
+    let err = expect_err(source.query(query).await, query);
+    assert_eq!(err.kind(), "not_measurable");
+    assert_eq!(
+        err.to_string(),
+        format!("Prometheus query `{query}` returned NaN, which is not measurable")
+    );
+
+    // Division by zero gives +Inf: not measurable.
+    let query = "avg(vllm:num_requests_waiting) / 0";
+    let err = expect_err(source.query(query).await, query);
+    assert_eq!(err.kind(), "not_measurable");
+    assert!(err.to_string().contains("returned +Inf"), "{err}");
+
+    // A missing series is "no data", never 0.
+    let query = "avg(vllm:no_such_metric)";
+    let err = expect_err(source.query(query).await, query);
+    assert_eq!(err.kind(), "no_data");
+    assert_eq!(
+        err.to_string(),
+        "Prometheus query `avg(vllm:no_such_metric)` returned no data (empty result); the \
+         metric is skipped, not read as 0"
+    );
+
+    // A syntax error surfaces Prometheus' own message, with the HTTP status and the query.
+    let query = "avg(vllm:num_requests_waiting";
+    let err = expect_err(source.query(query).await, query);
+    assert_eq!(err.kind(), "query_error");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "Prometheus rejected query `avg(vllm:num_requests_waiting` (HTTP 400, bad_data): "
+        ),
+        "{text}"
+    );
+    assert!(text.contains("parse error"), "{text}");
+
+    // A range vector (matrix) is refused.
+    let query = "vllm:kv_cache_usage_perc{pod=\"vllm-a\"}[1m]";
+    let err = expect_err(source.query(query).await, query);
+    assert_eq!(err.kind(), "bad_reply");
+    assert!(err.to_string().contains("range vector (matrix)"), "{err}");
+
+    // Deletion cost: one value per pod.
+    let costs = source
+        .query_per_pod("sum by (pod) (vllm:num_requests_running)")
+        .await
+        .expect("per-pod costs");
+    assert_eq!(
+        costs,
+        BTreeMap::from([("vllm-a".to_owned(), 2.0), ("vllm-b".to_owned(), 6.0)])
+    );
+    let costs = source
+        .query_per_pod("vllm:kv_cache_usage_perc")
+        .await
+        .expect("per-pod, unaggregated");
+    assert_eq!(
+        costs,
+        BTreeMap::from([("vllm-a".to_owned(), 0.25), ("vllm-b".to_owned(), 0.75)])
+    );
+    // Samples without a `pod` label are an error.
+    let query = "sum by (namespace) (vllm:num_requests_running)";
+    let err = source.query_per_pod(query).await.expect_err("no pod label");
+    eprintln!("[{}] {err}", err.kind());
+    assert_eq!(err.kind(), "bad_reply");
+    assert!(
+        err.to_string()
+            .contains("series {namespace=\"llm\"} has no `pod` label"),
+        "{err}"
+    );
+    let query = "sum by (pod) (vllm:no_such_metric)";
+    let err = source.query_per_pod(query).await.expect_err("empty");
+    assert_eq!(err.kind(), "no_data");
+}
+
+#[tokio::test]
+async fn prometheus_behind_bearer_token_proxy() {
+    init();
+    let exporter = start_exporter().await;
+    let prometheus = Prometheus::start(exporter.addr).await;
+    let proxy = start_bearer_proxy(&prometheus.url(), "t0ken-abc").await;
+    let client = MetricsClient::new().expect("client");
+
+    let with_token = prometheus_source(
+        &client,
+        &proxy.url(),
+        &[("Authorization", "Bearer t0ken-abc")],
+        TIMEOUT,
+    );
+    prometheus
+        .wait_for_value(&with_token, "count(vllm:num_requests_waiting)", 2.0)
+        .await;
+    assert_eq!(
+        with_token
+            .query("avg(vllm:num_requests_waiting)")
+            .await
+            .expect("with the header"),
+        4.0
+    );
+    // The source's Debug never shows the token.
+    let debug = format!("{with_token:?}");
+    assert!(!debug.contains("t0ken-abc"), "{debug}");
+
+    let query = "avg(vllm:num_requests_waiting)";
+    for (label, headers) in [
+        ("no header", &[][..]),
+        ("wrong token", &[("Authorization", "Bearer wrong")][..]),
+    ] {
+        let source = prometheus_source(&client, &proxy.url(), headers, TIMEOUT);
+        let err = expect_err(source.query(query).await, label);
+        assert_eq!(err.kind(), "http_status", "{label}");
+        assert_eq!(
+            err.to_string(),
+            "Prometheus answered HTTP 401 for query `avg(vllm:num_requests_waiting)`: Unauthorized",
+            "{label}"
+        );
+        assert!(!err.to_string().contains("wrong"), "{label}: {err}");
+    }
+}
+
+/// One hanging server does not delay a query to a healthy one on the same shared client.
+#[tokio::test]
+async fn hanging_prometheus_does_not_delay_others() {
+    init();
+    let exporter = start_exporter().await;
+    let prometheus = Prometheus::start(exporter.addr).await;
+    let hanging = HangingServer::start().await;
+    let client = MetricsClient::new().expect("client");
+    let good = prometheus_source(&client, &prometheus.url(), &[], TIMEOUT);
+    prometheus
+        .wait_for_value(&good, "count(vllm:num_requests_waiting)", 2.0)
+        .await;
+    let slow_timeout = Duration::from_secs(2);
+    let slow = prometheus_source(&client, &hanging.url(), &[], slow_timeout);
+
+    let started = Instant::now();
+    let (slow_result, good_result) = tokio::join!(
+        async {
+            let r = slow.query("avg(vllm:num_requests_waiting)").await;
+            (r, started.elapsed())
+        },
+        async {
+            let r = good.query("avg(vllm:num_requests_waiting)").await;
+            (r, started.elapsed())
+        },
+    );
+    let (good_value, good_elapsed) = good_result;
+    assert_eq!(good_value.expect("good server"), 4.0);
+    assert!(
+        good_elapsed < Duration::from_secs(1),
+        "healthy server took {good_elapsed:?} next to a hanging one"
+    );
+    let (slow_value, slow_elapsed) = slow_result;
+    let err = expect_err(slow_value, "hanging");
+    assert_eq!(err.kind(), "timeout");
+    assert_eq!(
+        err.to_string(),
+        "Prometheus did not answer query `avg(vllm:num_requests_waiting)` within 2s (timeout)"
+    );
+    assert!(
+        slow_elapsed >= slow_timeout && slow_elapsed < slow_timeout + Duration::from_secs(2),
+        "timeout fired after {slow_elapsed:?}"
+    );
+}

@@ -1,0 +1,377 @@
+//! Real servers on loopback for the metric-source tests: an HTTP server wrapper for axum
+//! routers, a vLLM-like exporter, a real Prometheus process scraping it, a bearer-token reverse
+//! proxy and a server that accepts connections and never answers.
+#![allow(dead_code)] // Each test binary uses a different subset.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use llmscaler::metrics::{Endpoint, MetricsClient, PrometheusSource};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// How long to wait for a server (Prometheus start-up, first scrapes) before failing, in seconds.
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(90);
+
+/// Installs the crypto provider, as `main` does.
+pub fn init() {
+    llmscaler::metrics::ensure_crypto_provider();
+}
+
+/// An axum router served on `127.0.0.1:<free port>`, stopped on drop.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl TestServer {
+    /// Serves `router` on a fresh loopback port.
+    pub async fn start(router: Router) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router).await.expect("serve");
+        });
+        Self { addr, task }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A TCP server that accepts every connection, reads nothing and never answers.
+pub struct HangingServer {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl HangingServer {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        Self { addr, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for HangingServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, failing with `what` after `deadline`.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut last = String::from("not tried");
+    while start.elapsed() < deadline {
+        match check().await {
+            Ok(value) => return value,
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out after {deadline:?} waiting for {what}; last error: {last}");
+}
+
+/// The exposition text the exporter serves: two vLLM pods with `pod`, `namespace`, `app` labels.
+///
+/// - `vllm:num_requests_waiting`: 3 and 5 (avg 4)
+/// - `vllm:kv_cache_usage_perc`: 0.25 and 0.75 (avg 0.5)
+/// - `vllm:num_requests_running`: 2 and 6 (sum 8)
+/// - `vllm:time_to_first_token_seconds`: a histogram with every bucket at 0 (no request yet)
+pub const EXPORTER_TEXT: &str = r#"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{pod="vllm-a",namespace="llm",app="vllm"} 3
+vllm:num_requests_waiting{pod="vllm-b",namespace="llm",app="vllm"} 5
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{pod="vllm-a",namespace="llm",app="vllm"} 0.25
+vllm:kv_cache_usage_perc{pod="vllm-b",namespace="llm",app="vllm"} 0.75
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{pod="vllm-a",namespace="llm",app="vllm"} 2
+vllm:num_requests_running{pod="vllm-b",namespace="llm",app="vllm"} 6
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{pod="vllm-a",namespace="llm",app="vllm",le="0.1"} 0
+vllm:time_to_first_token_seconds_bucket{pod="vllm-a",namespace="llm",app="vllm",le="0.5"} 0
+vllm:time_to_first_token_seconds_bucket{pod="vllm-a",namespace="llm",app="vllm",le="1"} 0
+vllm:time_to_first_token_seconds_bucket{pod="vllm-a",namespace="llm",app="vllm",le="+Inf"} 0
+vllm:time_to_first_token_seconds_sum{pod="vllm-a",namespace="llm",app="vllm"} 0
+vllm:time_to_first_token_seconds_count{pod="vllm-a",namespace="llm",app="vllm"} 0
+vllm:time_to_first_token_seconds_bucket{pod="vllm-b",namespace="llm",app="vllm",le="0.1"} 0
+vllm:time_to_first_token_seconds_bucket{pod="vllm-b",namespace="llm",app="vllm",le="0.5"} 0
+vllm:time_to_first_token_seconds_bucket{pod="vllm-b",namespace="llm",app="vllm",le="1"} 0
+vllm:time_to_first_token_seconds_bucket{pod="vllm-b",namespace="llm",app="vllm",le="+Inf"} 0
+vllm:time_to_first_token_seconds_sum{pod="vllm-b",namespace="llm",app="vllm"} 0
+vllm:time_to_first_token_seconds_count{pod="vllm-b",namespace="llm",app="vllm"} 0
+"#;
+
+/// Starts the vLLM-like exporter (`GET /metrics`).
+pub async fn start_exporter() -> TestServer {
+    let router = Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async {
+            (
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                EXPORTER_TEXT,
+            )
+        }),
+    );
+    TestServer::start(router).await
+}
+
+/// Locates the Prometheus binary: `$PROMETHEUS_BIN`, `/usr/bin/prometheus`, or `prometheus` on
+/// `PATH`. Panics with install instructions when none is found: these tests never skip.
+pub fn prometheus_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PROMETHEUS_BIN") {
+        return PathBuf::from(bin);
+    }
+    let candidates = std::iter::once(PathBuf::from("/usr/bin/prometheus")).chain(
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|dir| dir.join("prometheus")),
+    );
+    for candidate in candidates {
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "the `prometheus` binary was not found (looked at $PROMETHEUS_BIN, /usr/bin/prometheus \
+         and PATH); install it with `apt-get install -y --no-install-recommends prometheus` \
+         (e2e/install-deps does this in CI). These tests need a real Prometheus and do not skip."
+    );
+}
+
+/// A real Prometheus process on a loopback port, scraping one target every second. Killed on
+/// drop.
+pub struct Prometheus {
+    pub addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `http://{target}/metrics` every second and waits until its
+    /// HTTP API answers.
+    pub async fn start(target: SocketAddr) -> Self {
+        let bin = prometheus_binary();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: vllm\n    scrape_interval: 1s\n    \
+                 scrape_timeout: 1s\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .expect("write prometheus.yml");
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let log = dir.path().join("prometheus.log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(&bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("clone log"))
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let mut prometheus = Self {
+            addr,
+            child,
+            log,
+            _dir: dir,
+        };
+        let http = reqwest::Client::new();
+        let ready = format!("http://{addr}/-/ready");
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = prometheus.child.try_wait() {
+                panic!(
+                    "prometheus exited with {status} before it was ready; log:\n{}",
+                    prometheus.log_tail()
+                );
+            }
+            if let Ok(resp) = http.get(&ready).send().await
+                && resp.status().is_success()
+            {
+                break;
+            }
+            if start.elapsed() > STARTUP_DEADLINE {
+                panic!(
+                    "prometheus not ready after {STARTUP_DEADLINE:?}; log:\n{}",
+                    prometheus.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        prometheus
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The last lines of Prometheus' log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Waits until `query` returns exactly `want` through the source under test.
+    pub async fn wait_for_value(&self, source: &PrometheusSource, query: &str, want: f64) {
+        wait_for(
+            &format!("`{query}` to return {want} (prometheus at {})", self.url()),
+            STARTUP_DEADLINE,
+            || async move {
+                match source.query(query).await {
+                    Ok(v) if v == want => Ok(()),
+                    Ok(v) => Err(format!("got {v}")),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A Prometheus source on the shared client with the given headers and timeout.
+pub fn prometheus_source(
+    client: &MetricsClient,
+    url: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> PrometheusSource {
+    let headers = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let endpoint = Endpoint::new(url, &headers)
+        .expect("endpoint")
+        .with_timeout(timeout);
+    PrometheusSource::new(client.clone(), endpoint)
+}
+
+#[derive(Clone)]
+struct ProxyState {
+    upstream: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// A reverse proxy in front of `upstream` that demands `Authorization: Bearer <token>` and
+/// answers 401 otherwise.
+pub async fn start_bearer_proxy(upstream: &str, token: &str) -> TestServer {
+    let state = ProxyState {
+        upstream: upstream.trim_end_matches('/').to_owned(),
+        token: token.to_owned(),
+        http: reqwest::Client::new(),
+    };
+    let router = Router::new().fallback(proxy).with_state(state);
+    TestServer::start(router).await
+}
+
+async fn proxy(State(state): State<ProxyState>, headers: HeaderMap, request: Request) -> Response {
+    let expected = format!("Bearer {}", state.token);
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == expected);
+    if !authorized {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "Unauthorized\n",
+        )
+            .into_response();
+    }
+    let path_and_query = request
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| "/".to_owned());
+    let upstream = match state
+        .http
+        .get(format!("{}{path_and_query}", state.upstream))
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let status =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = upstream
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/octet-stream")
+        .to_owned();
+    let body = upstream.bytes().await.unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
