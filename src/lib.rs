@@ -1,3 +1,14 @@
-//! llmscaler
+//! llmscaler: a Kubernetes operator that autoscales LLM inference servers (vLLM, SGLang,
+//! llama.cpp, TGI) on queue depth, KV-cache usage and TTFT.
+//!
+//! The library holds the logic; `src/main.rs` only wires the command line.
+//! - [`engine`]: the pure decision engine of spec §2 (ratio, clamp, stabilization, step cap,
+//!   guards), shared by the controller, `simulate` and `probe`.
+//! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`).
+//! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
+//! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
+pub mod engine;
 pub mod metrics;
+pub mod scaler_file;
+pub mod simulate;

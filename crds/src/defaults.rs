@@ -15,16 +15,22 @@ pub const DECISIONS_PATH: &str = "/decisions";
 /// `customProvider` is present), and `scaleDown` with `stabilizationWindowSeconds: 0`,
 /// `maxStepReplicas: 0`, `behavior: CacheAware`. Values already set are never changed.
 pub fn apply_defaults(spec: &mut LLMScalerSpec) {
-    spec.metric_provider.get_or_insert(MetricProvider::Prometheus);
+    spec.metric_provider
+        .get_or_insert(MetricProvider::Prometheus);
     spec.sync_period_seconds.get_or_insert(SYNC_PERIOD_SECONDS);
-    spec.retry_period_seconds.get_or_insert(RETRY_PERIOD_SECONDS);
+    spec.retry_period_seconds
+        .get_or_insert(RETRY_PERIOD_SECONDS);
     if let Some(custom) = spec.custom_provider.as_mut() {
-        custom.path.get_or_insert_with(|| DECISIONS_PATH.to_string());
+        custom
+            .path
+            .get_or_insert_with(|| DECISIONS_PATH.to_string());
     }
     let scale_down = spec.scale_down.get_or_insert_with(ScaleDown::default);
     scale_down.stabilization_window_seconds.get_or_insert(0);
     scale_down.max_step_replicas.get_or_insert(0);
-    scale_down.behavior.get_or_insert(ScaleDownBehavior::CacheAware);
+    scale_down
+        .behavior
+        .get_or_insert(ScaleDownBehavior::CacheAware);
 }
 
 #[cfg(test)]

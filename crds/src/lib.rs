@@ -51,8 +51,20 @@ pub fn spec_warnings(spec: &LLMScalerSpec) -> Vec<String> {
 /// keeps `sum(a) / sum(b)` free of warnings.
 fn is_aggregated(query: &str) -> bool {
     const SINGLE_SERIES: [&str; 14] = [
-        "sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk",
-        "quantile", "scalar", "vector", "histogram_quantile",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count",
+        "group",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "scalar",
+        "vector",
+        "histogram_quantile",
     ];
     let q = query.trim().trim_start_matches('(').trim_start();
     if q.parse::<f64>().is_ok() {
@@ -63,7 +75,9 @@ fn is_aggregated(query: &str) -> bool {
         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
         .collect();
     let rest = q[ident.len()..].trim_start();
-    if SINGLE_SERIES.contains(&ident.as_str()) && (rest.starts_with('(') || rest.starts_with("by") || rest.starts_with("without")) {
+    if SINGLE_SERIES.contains(&ident.as_str())
+        && (rest.starts_with('(') || rest.starts_with("by") || rest.starts_with("without"))
+    {
         // `histogram_quantile` keeps the labels of its input: only single-series when the input
         // is aggregated, which the inner check below decides.
         if ident == "histogram_quantile" {

@@ -16,6 +16,8 @@ use crate::defaults;
 
 /// Desired state of an LLMScaler: the workload to scale, where its load signal comes from, and
 /// the bounds and damping of the replica count.
+// `printcolumn(...)` repeats by design: one attribute per column.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "autoscaling.modelsphere.dev",
@@ -27,8 +29,16 @@ use crate::defaults;
     category = "autoscaling",
     namespaced,
     status = "LLMScalerStatus",
-    printcolumn(name = "MinReplicas", type_ = "integer", json_path = ".spec.minReplicas"),
-    printcolumn(name = "MaxReplicas", type_ = "integer", json_path = ".spec.maxReplicas"),
+    printcolumn(
+        name = "MinReplicas",
+        type_ = "integer",
+        json_path = ".spec.minReplicas"
+    ),
+    printcolumn(
+        name = "MaxReplicas",
+        type_ = "integer",
+        json_path = ".spec.maxReplicas"
+    ),
     printcolumn(
         name = "CurrentReplicas",
         type_ = "integer",
@@ -44,7 +54,11 @@ use crate::defaults;
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("self.minReplicas <= self.maxReplicas")

@@ -20,7 +20,8 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    /// A violation at `path` (e.g. `spec.minReplicas`) with its reason.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             path: path.into(),
             message: message.into(),
@@ -268,7 +269,10 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                     ));
                 }
                 if let Err(message) = parse_target(&metric.target) {
-                    errors.push(FieldError::new(format!("spec.metrics[{i}].target"), message));
+                    errors.push(FieldError::new(
+                        format!("spec.metrics[{i}].target"),
+                        message,
+                    ));
                 }
                 let name = metric.display_name(i);
                 if let Some(first) = seen.insert(name.clone(), i) {
@@ -354,7 +358,11 @@ where
 {
     serde_path_to_error::deserialize(deserializer).map_err(|err| {
         let path = err.path().to_string();
-        let path = if path == "." { "(root)".to_string() } else { path };
+        let path = if path == "." {
+            "(root)".to_string()
+        } else {
+            path
+        };
         ValidationErrors(vec![FieldError::new(path, err.inner().to_string())])
     })
 }
@@ -400,7 +408,17 @@ mod tests {
 
     #[test]
     fn refused_targets_of_the_spec_table() {
-        for raw in ["80%", "0", "-1", "NaN", "abc", "", "inf", "-Infinity", "0.0"] {
+        for raw in [
+            "80%",
+            "0",
+            "-1",
+            "NaN",
+            "abc",
+            "",
+            "inf",
+            "-Infinity",
+            "0.0",
+        ] {
             assert!(parse_target(raw).is_err(), "{raw:?} must be refused");
         }
         assert_eq!(parse_target("0.8"), Ok(0.8));
@@ -527,10 +545,24 @@ mod tests {
 
     #[test]
     fn api_versions() {
-        for ok in ["v1", "apps/v1", "leaderworkerset.x-k8s.io/v1", "x.io/v2beta1"] {
+        for ok in [
+            "v1",
+            "apps/v1",
+            "leaderworkerset.x-k8s.io/v1",
+            "x.io/v2beta1",
+        ] {
             assert!(is_api_version(ok), "{ok}");
         }
-        for bad in ["apps", "apps/", "/v1", "apps/v1/x", "Apps/v1", "apps/1", "apps/v0", "v1gamma1"] {
+        for bad in [
+            "apps",
+            "apps/",
+            "/v1",
+            "apps/v1/x",
+            "Apps/v1",
+            "apps/1",
+            "apps/v0",
+            "v1gamma1",
+        ] {
             assert!(!is_api_version(bad), "{bad}");
         }
     }

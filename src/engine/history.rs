@@ -1,0 +1,132 @@
+//! The scale-down stabilization window (spec §2 steps 5 and 8).
+
+/// One recorded recommendation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// When it was made, milliseconds (same clock as `decide`'s `now_ms`).
+    pub at_ms: i64,
+    /// Clamped recommendation, replicas.
+    pub replicas: i32,
+}
+
+/// Recommendations inside the window, oldest first. The controller persists it in the
+/// LLMScaler's status so a restart cannot forget it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    records: Vec<Record>,
+}
+
+/// Most records kept, whatever the window: bounds the status size when a long window meets a
+/// short sync period (a 1 h window at 1 s syncs would otherwise keep 3600 entries).
+pub const MAX_RECORDS: usize = 512;
+
+impl History {
+    /// A history holding `records` (e.g. read back from status), sorted by time.
+    pub fn from_records(mut records: Vec<Record>) -> Self {
+        records.sort_by_key(|r| r.at_ms);
+        Self { records }
+    }
+
+    /// The records, oldest first.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// Records `(now_ms, replicas)`, drops entries that left the window, and returns the largest
+    /// recommendation still inside it. An entry exactly `window_ms` old has left the window (as
+    /// in the HorizontalPodAutoscaler, which keeps records strictly after `now - window`). When
+    /// more than [`MAX_RECORDS`] remain, the smallest are merged away: the maximum is kept.
+    pub fn record(&mut self, now_ms: i64, replicas: i32, window_ms: i64) -> i32 {
+        let cutoff = now_ms.saturating_sub(window_ms);
+        self.records
+            .retain(|r| r.at_ms > cutoff && r.at_ms <= now_ms);
+        self.records.push(Record {
+            at_ms: now_ms,
+            replicas,
+        });
+        if self.records.len() > MAX_RECORDS {
+            self.compact();
+        }
+        self.records
+            .iter()
+            .map(|r| r.replicas)
+            .max()
+            .unwrap_or(replicas)
+    }
+
+    /// Spec §2 step 8: after a scale-down, the history is only the value written, so the next
+    /// step waits a full window.
+    pub fn pin(&mut self, now_ms: i64, replicas: i32) {
+        self.records.clear();
+        self.records.push(Record {
+            at_ms: now_ms,
+            replicas,
+        });
+    }
+
+    /// Keeps the window maximum correct with fewer records: a record is dropped when a later one
+    /// is at least as large (it can never be the maximum again before that later one leaves).
+    fn compact(&mut self) {
+        let mut kept: Vec<Record> = Vec::with_capacity(self.records.len());
+        for record in self.records.iter().rev() {
+            if kept.iter().all(|later| later.replicas < record.replicas) {
+                kept.push(*record);
+            }
+        }
+        kept.reverse();
+        self.records = kept;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_exactly_at_the_boundary_has_left_the_window() {
+        let mut h = History::default();
+        h.record(0, 5, 300_000);
+        assert_eq!(h.record(299_999, 1, 300_000), 5, "inside the window");
+        let mut h = History::default();
+        h.record(0, 5, 300_000);
+        assert_eq!(h.record(300_000, 1, 300_000), 1, "exactly window old: gone");
+    }
+
+    #[test]
+    fn pin_replaces_the_history() {
+        let mut h = History::default();
+        h.record(0, 9, 60_000);
+        h.pin(1_000, 4);
+        assert_eq!(
+            h.records(),
+            &[Record {
+                at_ms: 1_000,
+                replicas: 4
+            }]
+        );
+        assert_eq!(h.record(2_000, 1, 60_000), 4);
+    }
+
+    #[test]
+    fn compaction_keeps_the_window_maximum() {
+        let mut h = History::default();
+        let window = 10_000_000;
+        let mut expected_max = 0;
+        for i in 0..2000i64 {
+            let replicas = i32::try_from((i * 7919) % 97).expect("small");
+            expected_max = expected_max.max(replicas);
+            assert_eq!(h.record(i, replicas, window), expected_max);
+            assert!(h.records().len() <= MAX_RECORDS);
+        }
+    }
+
+    #[test]
+    fn records_from_the_future_are_dropped() {
+        // A clock that went backwards (restored status from another node) must not pin forever.
+        let mut h = History::from_records(vec![Record {
+            at_ms: 10_000,
+            replicas: 9,
+        }]);
+        assert_eq!(h.record(5_000, 2, 60_000), 2);
+    }
+}

@@ -1,0 +1,403 @@
+//! The decision engine: pure, no I/O, time passed in (spec §2).
+//!
+//! One sync = one call to [`decide`]: it takes what the controller (or `simulate`, or `probe`)
+//! observed of the target, the metric readings or the decision server's answer, the scaler's
+//! policy and the stabilization history, and returns the `spec.replicas` to have after the sync,
+//! the status `desiredReplicas` and a machine-readable [`Reason`].
+
+mod history;
+mod ratio;
+
+pub use history::{History, Record};
+pub use ratio::{metric_recommendation, ratio_recommendation};
+
+use llmscaler_api::{LLMScalerSpec, MetricProvider, parse_target};
+
+/// Bounds and damping taken from a (validated) spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// `spec.minReplicas`, replicas.
+    pub min_replicas: i32,
+    /// `spec.maxReplicas`, replicas.
+    pub max_replicas: i32,
+    /// `spec.scaleDown.stabilizationWindowSeconds` in milliseconds; 0 = off.
+    pub window_ms: i64,
+    /// `spec.scaleDown.maxStepReplicas`; 0 = unlimited.
+    pub max_step_replicas: i32,
+}
+
+impl Policy {
+    /// The policy of a spec (defaults applied through the `effective_*` accessors).
+    pub fn from_spec(spec: &LLMScalerSpec) -> Self {
+        Self {
+            min_replicas: spec.min_replicas,
+            max_replicas: spec.max_replicas,
+            window_ms: i64::from(spec.effective_stabilization_window_seconds().max(0)) * 1000,
+            max_step_replicas: spec.effective_max_step_replicas().max(0),
+        }
+    }
+
+    /// Clamps a recommendation to `[minReplicas, maxReplicas]` (spec §2 step 4) and says which
+    /// bound applied, if any. When `min > max` (refused by admission) the maximum wins.
+    pub fn clamp(&self, replicas: i32) -> (i32, Option<Limit>) {
+        if replicas > self.max_replicas {
+            (self.max_replicas, Some(Limit::Max))
+        } else if replicas < self.min_replicas {
+            (self.min_replicas.min(self.max_replicas), Some(Limit::Min))
+        } else {
+            (replicas, None)
+        }
+    }
+}
+
+/// What was read of the target at this sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// The target's `spec.replicas` (missing is read as 1, spec §2 step 2).
+    pub spec_replicas: i32,
+    /// The target's `status.readyReplicas` (missing is 0).
+    pub ready_replicas: i32,
+    /// A Deployment rollout is in progress ([`rollout_in_progress`]); always `false` for kinds
+    /// other than Deployment.
+    pub rollout_in_progress: bool,
+}
+
+/// Spec §2 step 7: a Deployment is mid-rollout when `status.observedGeneration <
+/// metadata.generation`, or `status.updatedReplicas < spec.replicas`, or `status.replicas >
+/// status.updatedReplicas`. Missing status fields count as 0.
+pub fn rollout_in_progress(
+    generation: i64,
+    observed_generation: i64,
+    spec_replicas: i32,
+    status_replicas: i32,
+    updated_replicas: i32,
+) -> bool {
+    observed_generation < generation
+        || updated_replicas < spec_replicas
+        || status_replicas > updated_replicas
+}
+
+/// Why one metric gave no recommendation: it is skipped, never read as zero (spec §2 step 3).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Skip {
+    /// The query failed or returned no usable sample; the text says why.
+    Unavailable(String),
+    /// The query returned NaN or ±Inf.
+    NotMeasurable(f64),
+    /// The target does not parse (only reachable when admission was bypassed).
+    BadTarget(String),
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::Unavailable(why) => f.write_str(why),
+            Skip::NotMeasurable(v) => write!(f, "value {v} is not measurable"),
+            Skip::BadTarget(why) => write!(f, "target refused: {why}"),
+        }
+    }
+}
+
+/// The load signal of one sync.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Signal {
+    /// Prometheus: one entry per `spec.metrics[]`, in order: the query's value, or why it could
+    /// not be read.
+    Metrics(Vec<MetricInput>),
+    /// Custom provider: `replicas.active` of the matching decision, or why there is none.
+    Decision(Result<i64, String>),
+}
+
+/// One metric's reading and its target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricInput {
+    /// Display name (`spec.metrics[i].name` or `metric<i>`).
+    pub name: String,
+    /// The raw `target` string of the spec.
+    pub target: String,
+    /// The query's value, or why it could not be read.
+    pub value: Result<f64, String>,
+}
+
+/// One metric's outcome: its recommendation in replicas or why it was skipped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricOutcome {
+    /// Display name.
+    pub name: String,
+    /// The value read, when one was.
+    pub value: Option<f64>,
+    /// `ceil(max(ready, 1) × value / target)`, saturated to `0..=i32::MAX`, or the skip reason.
+    pub recommendation: Result<i32, Skip>,
+}
+
+/// Bound that clamped the recommendation (the `ScalingLimited` condition).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// Raised to `minReplicas`.
+    Min,
+    /// Lowered to `maxReplicas`.
+    Max,
+}
+
+/// What happened to `spec.replicas` at this sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `spec.replicas` raised.
+    ScaleUp,
+    /// `spec.replicas` lowered.
+    ScaleDown,
+    /// No change wanted.
+    None,
+    /// A change was wanted but a guard deferred it.
+    Deferred,
+}
+
+impl Action {
+    /// The `simulate` CSV spelling: `scale_up`, `scale_down`, `none`, `deferred`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::ScaleUp => "scale_up",
+            Action::ScaleDown => "scale_down",
+            Action::None => "none",
+            Action::Deferred => "deferred",
+        }
+    }
+}
+
+/// Machine-readable reason of a decision (CamelCase, as Kubernetes condition reasons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Raised to the recommendation.
+    ScaledUp,
+    /// Lowered to the (stabilized) recommendation.
+    ScaledDown,
+    /// Lowered by `maxStepReplicas` towards a lower recommendation.
+    StepCapped,
+    /// The recommendation equals `spec.replicas`.
+    Steady,
+    /// The raw recommendation is lower but the stabilization window keeps the fleet.
+    ScaleDownStabilized,
+    /// No metric could be measured (or the decision server failed): hold.
+    MetricsUnavailable,
+    /// A Deployment rollout is in progress: change deferred.
+    RolloutInProgress,
+    /// The previous scale-down has not settled (`readyReplicas != spec.replicas`): deferred.
+    ScaleDownNotSettled,
+}
+
+impl Reason {
+    /// The reason's name, e.g. `ScaleDownNotSettled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ScaledUp => "ScaledUp",
+            Reason::ScaledDown => "ScaledDown",
+            Reason::StepCapped => "StepCapped",
+            Reason::Steady => "Steady",
+            Reason::ScaleDownStabilized => "ScaleDownStabilized",
+            Reason::MetricsUnavailable => "MetricsUnavailable",
+            Reason::RolloutInProgress => "RolloutInProgress",
+            Reason::ScaleDownNotSettled => "ScaleDownNotSettled",
+        }
+    }
+}
+
+/// The result of one sync.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// `spec.replicas` after this sync (equal to the observed value when nothing is written).
+    pub replicas: i32,
+    /// status `desiredReplicas`: clamped and stabilized, before the step cap; on hold, the
+    /// observed `spec.replicas`.
+    pub desired: i32,
+    /// Largest per-metric (or the decision server's) recommendation before clamping, saturated
+    /// to i32; `None` on hold.
+    pub recommendation: Option<i32>,
+    /// The bound that clamped the recommendation, if any.
+    pub limited: Option<Limit>,
+    /// What happened to `spec.replicas`.
+    pub action: Action,
+    /// Why.
+    pub reason: Reason,
+    /// Per metric outcome (one entry named `decision` under the Custom provider).
+    pub metrics: Vec<MetricOutcome>,
+}
+
+impl Decision {
+    /// Whether `spec.replicas` must be written.
+    pub fn changes_replicas(&self, observed: &Observation) -> bool {
+        self.replicas != observed.spec_replicas
+    }
+}
+
+/// Builds the [`Signal`] of a spec from per-metric values (Prometheus) or from a decision
+/// (Custom); `values` is ignored under Custom and `decision` under Prometheus.
+pub fn signal_for(
+    spec: &LLMScalerSpec,
+    values: Vec<Result<f64, String>>,
+    decision: Result<i64, String>,
+) -> Signal {
+    match spec.effective_provider() {
+        MetricProvider::Prometheus => Signal::Metrics(
+            spec.metrics()
+                .iter()
+                .enumerate()
+                .zip(values.into_iter().chain(std::iter::repeat_with(|| {
+                    Err("no value supplied".to_string())
+                })))
+                .map(|((i, m), value)| MetricInput {
+                    name: m.display_name(i),
+                    target: m.target.clone(),
+                    value,
+                })
+                .collect(),
+        ),
+        MetricProvider::Custom => Signal::Decision(decision),
+    }
+}
+
+/// The recommendation of a signal before clamping (spec §2 step 3), with per-metric outcomes.
+/// `None` means hold: every metric was skipped or the decision server failed.
+pub fn recommend(signal: &Signal, ready_replicas: i32) -> (Option<i32>, Vec<MetricOutcome>) {
+    match signal {
+        Signal::Metrics(inputs) => {
+            let outcomes: Vec<MetricOutcome> = inputs
+                .iter()
+                .map(|input| evaluate_metric(input, ready_replicas))
+                .collect();
+            let best = outcomes
+                .iter()
+                .filter_map(|o| o.recommendation.as_ref().ok().copied())
+                .max();
+            (best, outcomes)
+        }
+        Signal::Decision(result) => {
+            let recommendation = result
+                .as_ref()
+                .ok()
+                .map(|&active| i32::try_from(active.max(0)).unwrap_or(i32::MAX));
+            let outcome = MetricOutcome {
+                name: "decision".to_string(),
+                #[allow(clippy::cast_precision_loss)]
+                value: result.as_ref().ok().map(|&v| v as f64),
+                recommendation: match (recommendation, result) {
+                    (Some(r), _) => Ok(r),
+                    (None, Err(why)) => Err(Skip::Unavailable(why.clone())),
+                    (None, Ok(_)) => Err(Skip::Unavailable("no decision".to_string())),
+                },
+            };
+            (recommendation, vec![outcome])
+        }
+    }
+}
+
+fn evaluate_metric(input: &MetricInput, ready_replicas: i32) -> MetricOutcome {
+    let value = input.value.as_ref().ok().copied();
+    let recommendation = match (&input.value, parse_target(&input.target)) {
+        (_, Err(why)) => Err(Skip::BadTarget(why)),
+        (Err(why), _) => Err(Skip::Unavailable(why.clone())),
+        (Ok(v), Ok(target)) => metric_recommendation(ready_replicas, *v, target),
+    };
+    MetricOutcome {
+        name: input.name.clone(),
+        value,
+        recommendation,
+    }
+}
+
+/// One sync of spec §2, steps 3–8. `now_ms` is the evaluation time in milliseconds on any
+/// monotonic-enough clock shared with the history (the controller uses Unix time). The history
+/// is updated in place: the clamped recommendation is recorded, entries older than the window
+/// dropped, and after a scale-down with a window the history is replaced by the value written.
+pub fn decide(
+    policy: &Policy,
+    observed: &Observation,
+    signal: &Signal,
+    history: &mut History,
+    now_ms: i64,
+) -> Decision {
+    let spec = observed.spec_replicas;
+    let (recommendation, metrics) = recommend(signal, observed.ready_replicas);
+
+    let Some(raw) = recommendation else {
+        return Decision {
+            replicas: spec,
+            desired: spec,
+            recommendation: None,
+            limited: None,
+            action: Action::None,
+            reason: Reason::MetricsUnavailable,
+            metrics,
+        };
+    };
+
+    let (clamped, limited) = policy.clamp(raw);
+    let desired = if policy.window_ms > 0 {
+        history.record(now_ms, clamped, policy.window_ms)
+    } else {
+        clamped
+    };
+
+    let mut target = desired;
+    let mut reason = if desired > spec {
+        Reason::ScaledUp
+    } else if desired < spec {
+        Reason::ScaledDown
+    } else if clamped < spec {
+        Reason::ScaleDownStabilized
+    } else {
+        Reason::Steady
+    };
+    if desired < spec && policy.max_step_replicas > 0 {
+        let stepped = spec.saturating_sub(policy.max_step_replicas).max(desired);
+        if stepped > desired {
+            reason = Reason::StepCapped;
+        }
+        target = stepped;
+    }
+
+    let deferral = if target == spec {
+        None
+    } else if observed.rollout_in_progress {
+        Some(Reason::RolloutInProgress)
+    } else if target < spec && observed.ready_replicas != spec {
+        Some(Reason::ScaleDownNotSettled)
+    } else {
+        None
+    };
+
+    if let Some(reason) = deferral {
+        return Decision {
+            replicas: spec,
+            desired,
+            recommendation: Some(raw),
+            limited,
+            action: Action::Deferred,
+            reason,
+            metrics,
+        };
+    }
+
+    let action = if target > spec {
+        Action::ScaleUp
+    } else if target < spec {
+        if policy.window_ms > 0 {
+            history.pin(now_ms, target);
+        }
+        Action::ScaleDown
+    } else {
+        Action::None
+    };
+
+    Decision {
+        replicas: target,
+        desired,
+        recommendation: Some(raw),
+        limited,
+        action,
+        reason,
+        metrics,
+    }
+}
+
+#[cfg(test)]
+mod tests;

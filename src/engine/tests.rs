@@ -1,0 +1,304 @@
+//! The worked numbers of spec §2, one test per row, plus the window and guard edges.
+
+use super::*;
+
+fn policy(min: i32, max: i32) -> Policy {
+    Policy {
+        min_replicas: min,
+        max_replicas: max,
+        window_ms: 0,
+        max_step_replicas: 0,
+    }
+}
+
+fn settled(spec: i32) -> Observation {
+    Observation {
+        spec_replicas: spec,
+        ready_replicas: spec,
+        rollout_in_progress: false,
+    }
+}
+
+fn one_metric(value: f64, target: &str) -> Signal {
+    Signal::Metrics(vec![MetricInput {
+        name: "metric0".into(),
+        target: target.into(),
+        value: Ok(value),
+    }])
+}
+
+fn run(policy: &Policy, observed: &Observation, signal: &Signal) -> Decision {
+    decide(policy, observed, signal, &mut History::default(), 0)
+}
+
+#[test]
+fn ready_1_value_085_scales_to_2() {
+    let d = run(&policy(1, 5), &settled(1), &one_metric(0.85, "0.5"));
+    assert_eq!((d.replicas, d.desired, d.action), (2, 2, Action::ScaleUp));
+    assert_eq!(d.reason, Reason::ScaledUp);
+}
+
+#[test]
+fn spec_5_value_0_min_1_scales_to_1() {
+    let d = run(&policy(1, 5), &settled(5), &one_metric(0.0, "0.5"));
+    assert_eq!((d.replicas, d.desired, d.action), (1, 1, Action::ScaleDown));
+    assert_eq!(d.limited, Some(Limit::Min));
+}
+
+#[test]
+fn spec_2_value_0_min_0_scales_to_zero() {
+    let d = run(&policy(0, 5), &settled(2), &one_metric(0.0, "0.5"));
+    assert_eq!((d.replicas, d.desired), (0, 0));
+    assert_eq!(d.limited, None);
+}
+
+#[test]
+fn spec_0_value_085_wakes_with_baseline_1() {
+    let d = run(&policy(0, 5), &settled(0), &one_metric(0.85, "0.5"));
+    assert_eq!((d.replicas, d.action), (2, Action::ScaleUp));
+}
+
+#[test]
+fn empty_metric_is_skipped_not_zero() {
+    let signal = Signal::Metrics(vec![
+        MetricInput {
+            name: "a".into(),
+            target: "0.8".into(),
+            value: Ok(0.9),
+        },
+        MetricInput {
+            name: "b".into(),
+            target: "0.5".into(),
+            value: Err("no data".into()),
+        },
+    ]);
+    let d = run(&policy(1, 10), &settled(3), &signal);
+    assert_eq!(d.replicas, 4);
+    assert_eq!(
+        d.metrics[1].recommendation,
+        Err(Skip::Unavailable("no data".into()))
+    );
+}
+
+#[test]
+fn non_finite_values_hold() {
+    for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let d = run(&policy(1, 10), &settled(4), &one_metric(v, "2"));
+        assert_eq!(
+            (d.replicas, d.desired, d.action),
+            (4, 4, Action::None),
+            "{v}"
+        );
+        assert_eq!(d.reason, Reason::MetricsUnavailable);
+        assert_eq!(d.recommendation, None);
+    }
+}
+
+#[test]
+fn largest_metric_wins() {
+    let signal = Signal::Metrics(vec![
+        MetricInput {
+            name: "queue".into(),
+            target: "2".into(),
+            value: Ok(4.0),
+        },
+        MetricInput {
+            name: "kv".into(),
+            target: "0.8".into(),
+            value: Ok(0.9),
+        },
+    ]);
+    let d = run(&policy(1, 20), &settled(2), &signal);
+    assert_eq!(d.replicas, 4);
+}
+
+#[test]
+fn bad_target_is_skipped_even_if_admission_was_bypassed() {
+    let d = run(&policy(1, 10), &settled(3), &one_metric(9.0, "80%"));
+    assert_eq!(d.reason, Reason::MetricsUnavailable);
+    assert!(matches!(
+        d.metrics[0].recommendation,
+        Err(Skip::BadTarget(_))
+    ));
+}
+
+#[test]
+fn window_with_step_cap_goes_to_3_and_stays_inside_the_window() {
+    let p = Policy {
+        window_ms: 300_000,
+        max_step_replicas: 2,
+        ..policy(1, 10)
+    };
+    let mut history = History::default();
+    let d = decide(&p, &settled(5), &one_metric(0.0, "0.5"), &mut history, 0);
+    assert_eq!(
+        (d.replicas, d.desired, d.reason),
+        (3, 1, Reason::StepCapped)
+    );
+    let d = decide(
+        &p,
+        &settled(3),
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        15_000,
+    );
+    assert_eq!((d.replicas, d.action), (3, Action::None));
+    assert_eq!(d.reason, Reason::ScaleDownStabilized);
+    // A full window after the write, the next step is allowed.
+    let d = decide(
+        &p,
+        &settled(3),
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        300_000,
+    );
+    assert_eq!((d.replicas, d.action), (1, Action::ScaleDown));
+}
+
+#[test]
+fn step_cap_without_window_waits_for_settle() {
+    let p = Policy {
+        max_step_replicas: 2,
+        ..policy(1, 10)
+    };
+    let mut history = History::default();
+    let d = decide(&p, &settled(5), &one_metric(0.0, "0.5"), &mut history, 0);
+    assert_eq!((d.replicas, d.desired), (3, 1));
+    let unsettled = Observation {
+        spec_replicas: 3,
+        ready_replicas: 5,
+        rollout_in_progress: false,
+    };
+    let d = decide(
+        &p,
+        &unsettled,
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        15_000,
+    );
+    assert_eq!(
+        (d.replicas, d.action, d.reason),
+        (3, Action::Deferred, Reason::ScaleDownNotSettled)
+    );
+    assert_eq!(d.desired, 1);
+    let d = decide(
+        &p,
+        &settled(3),
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        30_000,
+    );
+    assert_eq!((d.replicas, d.action), (1, Action::ScaleDown));
+}
+
+#[test]
+fn step_cap_walks_10_8_6_4() {
+    let p = Policy {
+        max_step_replicas: 2,
+        ..policy(1, 20)
+    };
+    let mut history = History::default();
+    let mut spec = 10;
+    let mut walk = vec![spec];
+    for i in 0..6 {
+        let d = decide(
+            &p,
+            &settled(spec),
+            &one_metric(0.0, "1"),
+            &mut history,
+            i * 15_000,
+        );
+        spec = d.replicas;
+        walk.push(spec);
+    }
+    assert_eq!(walk, vec![10, 8, 6, 4, 2, 1, 1]);
+}
+
+#[test]
+fn scale_up_inside_the_window_is_immediate() {
+    let p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 20)
+    };
+    let mut history = History::default();
+    decide(&p, &settled(2), &one_metric(2.0, "1"), &mut history, 0);
+    let d = decide(&p, &settled(2), &one_metric(5.0, "1"), &mut history, 10_000);
+    assert_eq!((d.replicas, d.action), (10, Action::ScaleUp));
+}
+
+#[test]
+fn scale_down_waits_for_the_window_maximum() {
+    let p = Policy {
+        window_ms: 60_000,
+        ..policy(1, 20)
+    };
+    let mut history = History::default();
+    let d = decide(&p, &settled(6), &one_metric(1.0, "1"), &mut history, 0);
+    assert_eq!(d.replicas, 6);
+    let d = decide(&p, &settled(6), &one_metric(0.5, "1"), &mut history, 30_000);
+    assert_eq!((d.replicas, d.reason), (6, Reason::ScaleDownStabilized));
+    let d = decide(&p, &settled(6), &one_metric(0.5, "1"), &mut history, 60_000);
+    assert_eq!((d.replicas, d.action), (3, Action::ScaleDown));
+}
+
+#[test]
+fn rollout_defers_both_directions() {
+    let rolling = Observation {
+        spec_replicas: 3,
+        ready_replicas: 3,
+        rollout_in_progress: true,
+    };
+    for value in [0.0, 5.0] {
+        let d = run(&policy(1, 10), &rolling, &one_metric(value, "1"));
+        assert_eq!(
+            (d.replicas, d.action, d.reason),
+            (3, Action::Deferred, Reason::RolloutInProgress)
+        );
+    }
+    assert!(rollout_in_progress(2, 1, 3, 3, 3));
+    assert!(rollout_in_progress(2, 2, 3, 3, 2));
+    assert!(rollout_in_progress(2, 2, 3, 4, 3));
+    assert!(!rollout_in_progress(2, 2, 3, 3, 3));
+}
+
+#[test]
+fn saturating_value_recommends_max() {
+    let d = run(&policy(1, 7), &settled(3), &one_metric(1e300, "0.5"));
+    assert_eq!(
+        (d.replicas, d.recommendation, d.limited),
+        (7, Some(i32::MAX), Some(Limit::Max))
+    );
+}
+
+#[test]
+fn custom_provider_rows() {
+    let cases = [(15, 1, 20, 15), (15, 1, 5, 5), (0, 2, 20, 2), (0, 0, 20, 0)];
+    for (active, min, max, expected) in cases {
+        let d = run(
+            &policy(min, max),
+            &settled(3),
+            &Signal::Decision(Ok(active)),
+        );
+        assert_eq!(d.replicas, expected, "active {active} min {min} max {max}");
+        assert_eq!(d.metrics[0].name, "decision");
+    }
+    let d = run(
+        &policy(1, 20),
+        &settled(3),
+        &Signal::Decision(Err("503".into())),
+    );
+    assert_eq!((d.replicas, d.reason), (3, Reason::MetricsUnavailable));
+    let d = run(&policy(1, 20), &settled(3), &Signal::Decision(Ok(i64::MAX)));
+    assert_eq!(d.replicas, 20);
+}
+
+#[test]
+fn held_fleet_records_nothing() {
+    let p = Policy {
+        window_ms: 60_000,
+        ..policy(1, 20)
+    };
+    let mut history = History::default();
+    decide(&p, &settled(4), &one_metric(f64::NAN, "1"), &mut history, 0);
+    assert!(history.records().is_empty());
+}

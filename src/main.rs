@@ -1,0 +1,108 @@
+//! The `llmscaler` binary: wires the command line to the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use llmscaler::scaler_file::{ScalerFileError, load_scaler};
+use llmscaler::simulate;
+
+/// Autoscaler for LLM inference servers on Kubernetes.
+#[derive(Parser, Debug)]
+#[command(name = "llmscaler", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the LLMScaler CustomResourceDefinition as YAML.
+    Crd,
+    /// Replay a metric trace through the decision engine and print what the scaler would do.
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SimulateArgs {
+    /// LLMScaler manifest (defaulted and validated like an apply).
+    #[arg(long)]
+    scaler: PathBuf,
+    /// CSV: `t` (seconds), one column per metric (or `decision`), optional `ready`, `rollout`.
+    #[arg(long)]
+    metrics: PathBuf,
+    /// spec.replicas (all ready) at the start; default minReplicas.
+    #[arg(long)]
+    initial_replicas: Option<u32>,
+    /// Seconds an added replica takes to become ready.
+    #[arg(long, default_value_t = 0.0)]
+    startup_seconds: f64,
+    /// Draw replicas, desired and each metric against time (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// Exit status for an invalid spec or malformed input.
+const EXIT_INVALID: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => match llmscaler_api::crd_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(1, &format!("cannot render the CRD: {err}")),
+        },
+        Command::Simulate(args) => run_simulate(&args),
+    }
+}
+
+fn run_simulate(args: &SimulateArgs) -> ExitCode {
+    let scaler = match load_scaler(&args.scaler) {
+        Ok(scaler) => scaler,
+        Err(err @ ScalerFileError::Invalid { .. }) => return fail(EXIT_INVALID, &err.to_string()),
+        Err(err) => return fail(1, &err.to_string()),
+    };
+    if !(args.startup_seconds.is_finite() && args.startup_seconds >= 0.0) {
+        return fail(
+            EXIT_INVALID,
+            "--startup-seconds must be a number of seconds, 0 or more",
+        );
+    }
+    let initial_replicas = match args.initial_replicas.map(i32::try_from).transpose() {
+        Ok(n) => n,
+        Err(_) => return fail(EXIT_INVALID, "--initial-replicas is larger than an int32"),
+    };
+    let columns = simulate::columns_for(&scaler.spec);
+    let file = match std::fs::File::open(&args.metrics) {
+        Ok(file) => file,
+        Err(err) => return fail(1, &format!("cannot read {}: {err}", args.metrics.display())),
+    };
+    let custom = scaler.spec.effective_provider() == llmscaler_api::MetricProvider::Custom;
+    let rows = match simulate::input::read_rows(file, &columns, custom) {
+        Ok(rows) => rows,
+        Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", args.metrics.display())),
+    };
+    let options = simulate::Options {
+        initial_replicas,
+        startup_seconds: args.startup_seconds,
+    };
+    let steps = simulate::replay(&scaler.spec, &rows, options);
+    if let Err(err) = simulate::write_csv(std::io::stdout().lock(), &columns, &steps) {
+        return fail(1, &format!("writing the output: {err}"));
+    }
+    if let Some(plot) = &args.plot
+        && let Err(err) = simulate::plot::draw(plot, &steps, &columns.values)
+    {
+        return fail(1, &err.to_string());
+    }
+    ExitCode::SUCCESS
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(code)
+}
