@@ -6,9 +6,11 @@
 //!   guards), shared by the controller, `simulate` and `probe`.
 //! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`).
 //! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
+//! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
 //! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
 pub mod engine;
 pub mod metrics;
+pub mod probe;
 pub mod scaler_file;
 pub mod simulate;

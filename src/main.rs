@@ -22,6 +22,9 @@ enum Command {
     Crd,
     /// Replay a metric trace through the decision engine and print what the scaler would do.
     Simulate(SimulateArgs),
+    /// Evaluate a scaler's metrics once against its serverAddress and print what each
+    /// recommends (exit 0), or that the fleet would be held (exit 3); 2 for an invalid spec.
+    Probe(llmscaler::probe::ProbeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -47,6 +50,7 @@ struct SimulateArgs {
 const EXIT_INVALID: u8 = 2;
 
 fn main() -> ExitCode {
+    llmscaler::metrics::ensure_crypto_provider();
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match llmscaler_api::crd_yaml() {
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
             Err(err) => fail(1, &format!("cannot render the CRD: {err}")),
         },
         Command::Simulate(args) => run_simulate(&args),
+        Command::Probe(args) => llmscaler::probe::run(&args),
     }
 }
 

@@ -1,0 +1,332 @@
+//! `llmscaler probe`: evaluates a scaler's metrics once against its `serverAddress` and prints
+//! what each one recommends and the overall recommendation after clamping ("why is it not
+//! scaling?").
+//!
+//! The per-metric ratio, the largest-wins rule and the clamp are the engine's
+//! ([`crate::engine::recommend`], [`crate::engine::Policy::clamp`], spec §2 steps 3–4);
+//! stabilization and the step cap need history and are not applied.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use llmscaler_api::{LLMScalerSpec, MetricProvider};
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+use crate::engine::{Limit, Policy, recommend, signal_for};
+use crate::metrics::{DecisionSource, Endpoint, MetricError, MetricsClient, PrometheusSource};
+use crate::scaler_file::{ScalerFileError, load_scaler};
+
+/// Exit status when a recommendation was made.
+pub const EXIT_RECOMMENDATION: u8 = 0;
+/// Exit status for an I/O or runtime failure (unreadable file, no HTTP client).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit status for an invalid spec (field-path messages on stderr).
+pub const EXIT_INVALID: u8 = 2;
+/// Exit status when no metric was measurable: the fleet would be held.
+pub const EXIT_HOLD: u8 = 3;
+
+/// Output format of `probe`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// `{"metrics": [{"name", "value", "error", "desired"}], "desired", "hold"}`.
+    Json,
+}
+
+/// Command-line arguments of `llmscaler probe`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProbeArgs {
+    /// LLMScaler manifest (YAML or JSON), defaulted and validated like an apply.
+    #[arg(long)]
+    pub scaler: PathBuf,
+    /// Ready replicas to assume (the ratio's baseline); default `minReplicas`.
+    #[arg(long)]
+    pub ready: Option<u32>,
+    /// `text` or `json`.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// One metric's line of the report (one entry named `decision` under the Custom provider).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProbeMetric {
+    /// `spec.metrics[i].name`, `metric<i>` when unnamed, or `decision`.
+    pub name: String,
+    /// The value read (replicas under Custom), when one was.
+    pub value: Option<f64>,
+    /// Why the metric was skipped (the metric source's or the engine's message).
+    pub error: Option<String>,
+    /// Replicas this metric alone recommends, before clamping.
+    pub desired: Option<i32>,
+}
+
+/// What `probe` found. Serializes to the JSON output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProbeReport {
+    /// Per metric, in spec order.
+    pub metrics: Vec<ProbeMetric>,
+    /// Overall recommendation after clamping to `[minReplicas, maxReplicas]`; `None` on hold.
+    pub desired: Option<i32>,
+    /// True when nothing was measurable: the operator would keep `spec.replicas` as it is.
+    pub hold: bool,
+    /// Largest per-metric recommendation before clamping (text output only).
+    #[serde(skip)]
+    pub recommendation: Option<i32>,
+    /// The bound that clamped it, if any (text output only).
+    #[serde(skip)]
+    pub limited: Option<Limit>,
+    /// The ready replicas assumed (text output only).
+    #[serde(skip)]
+    pub ready: i32,
+}
+
+impl ProbeReport {
+    /// The exit status: [`EXIT_RECOMMENDATION`] or [`EXIT_HOLD`].
+    pub fn exit_code(&self) -> u8 {
+        if self.hold {
+            EXIT_HOLD
+        } else {
+            EXIT_RECOMMENDATION
+        }
+    }
+
+    /// The report as human-readable lines.
+    pub fn to_text(&self, spec: &LLMScalerSpec) -> String {
+        let mut out = String::new();
+        let provider = match spec.effective_provider() {
+            MetricProvider::Prometheus => "Prometheus",
+            MetricProvider::Custom => "decision server",
+        };
+        out.push_str(&format!(
+            "{provider} at {}; assuming {} ready replica(s); minReplicas {}, maxReplicas {}\n",
+            spec.server_address, self.ready, spec.min_replicas, spec.max_replicas
+        ));
+        let targets: BTreeMap<String, &str> = spec
+            .metrics()
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.display_name(i), m.target.as_str()))
+            .collect();
+        for m in &self.metrics {
+            let target = targets
+                .get(&m.name)
+                .filter(|_| spec.effective_provider() == MetricProvider::Prometheus)
+                .map(|t| format!(", target {t}"))
+                .unwrap_or_default();
+            match (&m.error, m.value, m.desired) {
+                (Some(error), _, _) => {
+                    out.push_str(&format!("  {}: skipped: {error}\n", m.name));
+                }
+                (None, Some(value), Some(desired)) => out.push_str(&format!(
+                    "  {}: value {value}{target} -> {desired} replica(s)\n",
+                    m.name
+                )),
+                _ => out.push_str(&format!("  {}: no value\n", m.name)),
+            }
+        }
+        match (self.desired, self.recommendation) {
+            (Some(desired), Some(raw)) => {
+                let clamp = match self.limited {
+                    Some(Limit::Max) => format!(" (recommended {raw}, clamped to maxReplicas)"),
+                    Some(Limit::Min) => format!(" (recommended {raw}, raised to minReplicas)"),
+                    None => String::new(),
+                };
+                out.push_str(&format!(
+                    "desired replicas: {desired}{clamp}; stabilization and step cap not applied\n"
+                ));
+            }
+            _ => out.push_str(
+                "hold: nothing was measurable, the operator would keep spec.replicas as it is\n",
+            ),
+        }
+        out
+    }
+}
+
+/// Evaluates `spec`'s metrics (or its decision server) once, concurrently, over `client`, with
+/// `ready` as the ratio's baseline, and clamps the result (spec §2 steps 3–4, §3, §4).
+///
+/// # Errors
+/// [`MetricError::InvalidAddress`] / [`MetricError::InvalidHeader`] when `serverAddress` or
+/// `serverHeaders` cannot be used at all; every per-metric failure is reported in the result
+/// instead.
+pub async fn evaluate(
+    spec: &LLMScalerSpec,
+    ready: i32,
+    client: &MetricsClient,
+) -> Result<ProbeReport, MetricError> {
+    let empty = BTreeMap::new();
+    let endpoint = Endpoint::new(
+        &spec.server_address,
+        spec.server_headers.as_ref().unwrap_or(&empty),
+    )?;
+    let (values, decision) = match spec.effective_provider() {
+        MetricProvider::Prometheus => {
+            let source = PrometheusSource::new(client.clone(), endpoint);
+            let mut tasks = JoinSet::new();
+            for (i, metric) in spec.metrics().iter().enumerate() {
+                let source = source.clone();
+                let query = metric.query.clone();
+                tasks.spawn(async move { (i, source.query(&query).await) });
+            }
+            let mut values: Vec<Result<f64, String>> =
+                vec![Err("not evaluated".to_owned()); spec.metrics().len()];
+            while let Some(joined) = tasks.join_next().await {
+                match joined {
+                    Ok((i, result)) => values[i] = result.map_err(|e| e.to_string()),
+                    Err(e) => tracing::warn!(error = %e, "probe query task failed"),
+                }
+            }
+            (values, Err("unused under Prometheus".to_owned()))
+        }
+        MetricProvider::Custom => {
+            let custom = spec.custom_provider.clone().unwrap_or_default();
+            let source = DecisionSource::new(
+                client.clone(),
+                endpoint,
+                custom.service_id,
+                custom.namespace,
+                custom.path.as_deref(),
+            );
+            let decision = source
+                .decide()
+                .await
+                .map(i64::from)
+                .map_err(|e| e.to_string());
+            (Vec::new(), decision)
+        }
+    };
+    let signal = signal_for(spec, values, decision);
+    let (recommendation, outcomes) = recommend(&signal, ready);
+    let (desired, limited) = match recommendation {
+        Some(raw) => {
+            let (clamped, limited) = Policy::from_spec(spec).clamp(raw);
+            (Some(clamped), limited)
+        }
+        None => (None, None),
+    };
+    let metrics = outcomes
+        .into_iter()
+        .map(|o| {
+            let (desired, error) = match o.recommendation {
+                Ok(r) => (Some(r), None),
+                Err(skip) => (None, Some(skip.to_string())),
+            };
+            ProbeMetric {
+                name: o.name,
+                value: o.value,
+                error,
+                desired,
+            }
+        })
+        .collect();
+    Ok(ProbeReport {
+        metrics,
+        desired,
+        hold: recommendation.is_none(),
+        recommendation,
+        limited,
+        ready,
+    })
+}
+
+/// Runs `llmscaler probe`: loads, defaults and validates the manifest, evaluates it once and
+/// prints the report on stdout. Returns the exit status: 0 recommendation, 3 hold, 2 invalid
+/// spec (field-path messages on stderr), 1 other failures.
+pub fn run(args: &ProbeArgs) -> ExitCode {
+    crate::metrics::ensure_crypto_provider();
+    let scaler = match load_scaler(&args.scaler) {
+        Ok(scaler) => scaler,
+        Err(err @ ScalerFileError::Invalid { .. }) => return fail(EXIT_INVALID, &err.to_string()),
+        Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
+    };
+    let spec = scaler.spec;
+    let ready = match args.ready {
+        None => spec.min_replicas,
+        Some(n) => match i32::try_from(n) {
+            Ok(n) => n,
+            Err(_) => return fail(EXIT_INVALID, "--ready is larger than an int32"),
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => return fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")),
+    };
+    let client = match MetricsClient::new() {
+        Ok(client) => client,
+        Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
+    };
+    let report = match runtime.block_on(evaluate(&spec, ready, &client)) {
+        Ok(report) => report,
+        Err(err @ MetricError::InvalidAddress { .. }) => {
+            return fail(EXIT_INVALID, &format!("spec.serverAddress: {err}"));
+        }
+        Err(err @ MetricError::InvalidHeader { .. }) => {
+            return fail(EXIT_INVALID, &format!("spec.serverHeaders: {err}"));
+        }
+        Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
+    };
+    match args.output {
+        OutputFormat::Text => print!("{}", report.to_text(&spec)),
+        OutputFormat::Json => match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(err) => return fail(EXIT_FAILURE, &format!("cannot render JSON: {err}")),
+        },
+    }
+    ExitCode::from(report.exit_code())
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_is_the_documented_one() {
+        let report = ProbeReport {
+            metrics: vec![
+                ProbeMetric {
+                    name: "waiting".to_owned(),
+                    value: Some(4.0),
+                    error: None,
+                    desired: Some(6),
+                },
+                ProbeMetric {
+                    name: "kv".to_owned(),
+                    value: None,
+                    error: Some("no data".to_owned()),
+                    desired: None,
+                },
+            ],
+            desired: Some(5),
+            hold: false,
+            recommendation: Some(6),
+            limited: Some(Limit::Max),
+            ready: 3,
+        };
+        let json = serde_json::to_value(&report).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "metrics": [
+                    {"name": "waiting", "value": 4.0, "error": null, "desired": 6},
+                    {"name": "kv", "value": null, "error": "no data", "desired": null}
+                ],
+                "desired": 5,
+                "hold": false
+            })
+        );
+        assert_eq!(report.exit_code(), EXIT_RECOMMENDATION);
+    }
+}
