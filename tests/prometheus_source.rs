@@ -233,7 +233,7 @@ async fn hanging_prometheus_does_not_delay_others() {
     prometheus
         .wait_for_value(&good, "count(vllm:num_requests_waiting)", 2.0)
         .await;
-    let slow_timeout = Duration::from_secs(2);
+    let slow_timeout = Duration::from_secs(3);
     let slow = prometheus_source(&client, &hanging.url(), &[], slow_timeout);
 
     let started = Instant::now();
@@ -250,7 +250,7 @@ async fn hanging_prometheus_does_not_delay_others() {
     let (good_value, good_elapsed) = good_result;
     assert_eq!(good_value.expect("good server"), 4.0);
     assert!(
-        good_elapsed < Duration::from_secs(1),
+        good_elapsed < slow_timeout / 2,
         "healthy server took {good_elapsed:?} next to a hanging one"
     );
     let (slow_value, slow_elapsed) = slow_result;
@@ -258,7 +258,7 @@ async fn hanging_prometheus_does_not_delay_others() {
     assert_eq!(err.kind(), "timeout");
     assert_eq!(
         err.to_string(),
-        "Prometheus did not answer query `avg(vllm:num_requests_waiting)` within 2s (timeout)"
+        "Prometheus did not answer query `avg(vllm:num_requests_waiting)` within 3s (timeout)"
     );
     assert!(
         slow_elapsed >= slow_timeout && slow_elapsed < slow_timeout + Duration::from_secs(2),

@@ -64,14 +64,34 @@ pub struct HangingServer {
 }
 
 impl HangingServer {
+    /// Accepts connections and never writes a byte.
     pub async fn start() -> Self {
+        Self::start_with(b"").await
+    }
+
+    /// Accepts connections, writes `prefix` (e.g. a status line, headers and part of a body),
+    /// then stalls forever.
+    pub async fn start_with(prefix: &'static [u8]) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         let task = tokio::spawn(async move {
             let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                if !prefix.is_empty() {
+                    // Read the request head first, as a real server does.
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = socket.write_all(prefix).await;
+                }
                 held.push(socket);
             }
         });
