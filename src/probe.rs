@@ -12,10 +12,9 @@ use std::process::ExitCode;
 
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 use serde::Serialize;
-use tokio::task::JoinSet;
 
-use crate::engine::{Limit, Policy, recommend, signal_for};
-use crate::metrics::{DecisionSource, Endpoint, MetricError, MetricsClient, PrometheusSource};
+use crate::engine::{Limit, Policy, recommend};
+use crate::metrics::{MetricError, MetricSource, MetricsClient};
 use crate::scaler_file::{ScalerFileError, load_scaler};
 
 /// Exit status when a recommendation was made.
@@ -159,48 +158,9 @@ pub async fn evaluate(
     ready: i32,
     client: &MetricsClient,
 ) -> Result<ProbeReport, MetricError> {
-    let empty = BTreeMap::new();
-    let endpoint = Endpoint::new(
-        &spec.server_address,
-        spec.server_headers.as_ref().unwrap_or(&empty),
-    )?;
-    let (values, decision) = match spec.effective_provider() {
-        MetricProvider::Prometheus => {
-            let source = PrometheusSource::new(client.clone(), endpoint);
-            let mut tasks = JoinSet::new();
-            for (i, metric) in spec.metrics().iter().enumerate() {
-                let source = source.clone();
-                let query = metric.query.clone();
-                tasks.spawn(async move { (i, source.query(&query).await) });
-            }
-            let mut values: Vec<Result<f64, String>> =
-                vec![Err("not evaluated".to_owned()); spec.metrics().len()];
-            while let Some(joined) = tasks.join_next().await {
-                match joined {
-                    Ok((i, result)) => values[i] = result.map_err(|e| e.to_string()),
-                    Err(e) => tracing::warn!(error = %e, "probe query task failed"),
-                }
-            }
-            (values, Err("unused under Prometheus".to_owned()))
-        }
-        MetricProvider::Custom => {
-            let custom = spec.custom_provider.clone().unwrap_or_default();
-            let source = DecisionSource::new(
-                client.clone(),
-                endpoint,
-                custom.service_id,
-                custom.namespace,
-                custom.path.as_deref(),
-            );
-            let decision = source
-                .decide()
-                .await
-                .map(i64::from)
-                .map_err(|e| e.to_string());
-            (Vec::new(), decision)
-        }
-    };
-    let signal = signal_for(spec, values, decision);
+    let source = MetricSource::from_spec(client, spec)?;
+    let readings = source.read(spec).await;
+    let signal = readings.signal(spec);
     let (recommendation, outcomes) = recommend(&signal, ready);
     let (desired, limited) = match recommendation {
         Some(raw) => {

@@ -16,6 +16,7 @@
 mod decision;
 mod error;
 mod prometheus;
+mod source;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +28,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 pub use decision::{DECISION_API_VERSION, DEFAULT_DECISION_PATH, DecisionSource};
 pub use error::{MetricError, Subject};
 pub use prometheus::PrometheusSource;
+pub use source::{MetricSource, Readings};
 
 /// Default per-request timeout for metric requests: 5 seconds (spec §3).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
