@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # variables are used by the scripts that source this
 # Shared settings for e2e/install-deps, e2e/cluster and e2e/test. Sourced, never run.
 #
 # Every version is pinned here or in a go.mod under e2e/controlplane/, and every built or
@@ -6,7 +6,6 @@
 # fresh clone on a warm machine starts a cluster without building anything.
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_DIR="$(cd "$E2E_DIR/.." && pwd)"
 CONTROLPLANE_DIR="$E2E_DIR/controlplane"
 
 # Kubernetes and etcd versions come from the go.mod files that build them (one source of truth).
@@ -31,7 +30,6 @@ KWOKCTL="$KWOK_BIN_DIR/kwokctl"
 # Cluster state (kwokctl's work dir, pids, logs, kubeconfig). Removed by `e2e/cluster down`.
 STATE_DIR="${LLMSCALER_E2E_STATE:-$E2E_DIR/.state}"
 CLUSTER_NAME="llmscaler"
-APISERVER_PORT="${LLMSCALER_APISERVER_PORT:-32766}"
 export KWOK_WORKDIR="$STATE_DIR/kwok"
 KUBECONFIG_PATH="$STATE_DIR/kubeconfig"
 
