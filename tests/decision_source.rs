@@ -404,7 +404,11 @@ async fn http_503_names_the_status() {
     assert_eq!(err.kind(), "http_status");
     assert_eq!(
         err.to_string(),
-        "decision server answered HTTP 503 for serviceId `llama-8b`: no capacity model loaded"
+        format!(
+            "decision server at {}/decisions answered HTTP 503 for serviceId `llama-8b`: no \
+             capacity model loaded",
+            server.url()
+        )
     );
 }
 
@@ -442,7 +446,11 @@ async fn hanging_server_times_out_without_delaying_a_healthy_one() {
     assert_eq!(err.kind(), "timeout");
     assert_eq!(
         err.to_string(),
-        "decision server did not answer serviceId `llama-8b` within 3s (timeout)"
+        format!(
+            "decision server at {}/decisions did not answer serviceId `llama-8b` within 3s \
+             (timeout)",
+            hanging.url()
+        )
     );
     assert!(
         slow_elapsed >= timeout && slow_elapsed < timeout + Duration::from_secs(2),
@@ -467,7 +475,11 @@ async fn body_that_stalls_after_the_headers_times_out() {
     assert_eq!(err.kind(), "timeout");
     assert_eq!(
         err.to_string(),
-        "decision server did not answer serviceId `llama-8b` within 1s (timeout)"
+        format!(
+            "decision server at {}/decisions did not answer serviceId `llama-8b` within 1s \
+             (timeout)",
+            stalled.url()
+        )
     );
     assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
 }
@@ -480,7 +492,9 @@ async fn refused_connection_is_a_transport_error() {
     assert_eq!(err.kind(), "transport");
     let text = err.to_string();
     assert!(
-        text.starts_with("cannot reach decision server for serviceId `llama-8b`: "),
+        text.starts_with(&format!(
+            "cannot reach decision server at {url}/decisions for serviceId `llama-8b`: "
+        )),
         "{text}"
     );
     assert!(text.to_lowercase().contains("connect"), "{text}");

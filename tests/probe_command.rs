@@ -223,7 +223,8 @@ async fn probe_holds_when_the_decision_server_fails() {
         run.json(),
         json!({
             "metrics": [{"name": "decision", "value": null, "desired": null,
-                         "error": "decision server answered HTTP 503 for serviceId `llama-8b`: overloaded"}],
+                         "error": format!("decision server at {}/decisions answered HTTP 503 for \
+                                          serviceId `llama-8b`: overloaded", server.url())}],
             "desired": null,
             "hold": true
         })

@@ -214,7 +214,11 @@ async fn prometheus_behind_bearer_token_proxy() {
         assert_eq!(err.kind(), "http_status", "{label}");
         assert_eq!(
             err.to_string(),
-            "Prometheus answered HTTP 401 for query `avg(vllm:num_requests_waiting)`: Unauthorized",
+            format!(
+                "Prometheus at {}/api/v1/query answered HTTP 401 for query \
+                 `avg(vllm:num_requests_waiting)`: Unauthorized",
+                proxy.url()
+            ),
             "{label}"
         );
         assert!(!err.to_string().contains("wrong"), "{label}: {err}");
@@ -258,7 +262,11 @@ async fn hanging_prometheus_does_not_delay_others() {
     assert_eq!(err.kind(), "timeout");
     assert_eq!(
         err.to_string(),
-        "Prometheus did not answer query `avg(vllm:num_requests_waiting)` within 3s (timeout)"
+        format!(
+            "Prometheus at {}/api/v1/query did not answer query \
+             `avg(vllm:num_requests_waiting)` within 3s (timeout)",
+            hanging.url()
+        )
     );
     assert!(
         slow_elapsed >= slow_timeout && slow_elapsed < slow_timeout + Duration::from_secs(2),

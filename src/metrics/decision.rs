@@ -87,7 +87,7 @@ impl DecisionSource {
     ///   negative, or over `i32::MAX`.
     pub async fn decide(&self) -> Result<i32, MetricError> {
         let url = self.url()?;
-        tracing::debug!(server = %self.endpoint.base(), subject = %self.subject, "decision request");
+        tracing::debug!(server = %self.endpoint.shown_base(), subject = %self.subject, "decision request");
         let reply = self.endpoint.get(&self.client, url, &self.subject).await?;
         decode_decision(&self.subject, &reply)
     }
@@ -98,6 +98,7 @@ fn decode_decision(subject: &Subject, reply: &Reply) -> Result<i32, MetricError>
     if reply.status != 200 {
         return Err(MetricError::HttpStatus {
             subject: subject.clone(),
+            server: reply.server.clone(),
             status: reply.status,
             detail: reply.snippet(BODY_EXCERPT_CHARS),
         });
@@ -289,6 +290,7 @@ mod tests {
         decode_decision(
             &subject(ns),
             &Reply {
+                server: "http://h:1/decisions".to_owned(),
                 status,
                 content_type: "application/json".to_owned(),
                 body: body.as_bytes().to_vec(),
@@ -419,7 +421,8 @@ mod tests {
         assert_eq!(err.kind(), "http_status");
         assert_eq!(
             err.to_string(),
-            "decision server answered HTTP 503 for serviceId `llama`: upstream down"
+            "decision server at http://h:1/decisions answered HTTP 503 for serviceId `llama`: \
+             upstream down"
         );
         let err = decode(None, 200, "<html>hi</html>").expect_err("html");
         assert_eq!(err.kind(), "decode");

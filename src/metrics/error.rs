@@ -77,34 +77,40 @@ pub enum MetricError {
 
     /// No complete reply within the per-request timeout.
     #[error(
-        "{} did not answer {subject} within {seconds}s (timeout)",
+        "{} at {server} did not answer {subject} within {seconds}s (timeout)",
         subject.source_name()
     )]
     Timeout {
         /// What the request was about.
         subject: Subject,
+        /// The URL asked, without query string or credentials.
+        server: String,
         /// The timeout that expired, in seconds.
         seconds: f64,
     },
 
     /// The server could not be reached or the connection broke.
-    #[error("cannot reach {} for {subject}: {reason}", subject.source_name())]
+    #[error("cannot reach {} at {server} for {subject}: {reason}", subject.source_name())]
     Transport {
         /// What the request was about.
         subject: Subject,
+        /// The URL asked, without query string or credentials.
+        server: String,
         /// The connection error chain.
         reason: String,
     },
 
     /// The server answered with an HTTP status other than 200.
     #[error(
-        "{} answered HTTP {status} for {subject}{}",
+        "{} at {server} answered HTTP {status} for {subject}{}",
         subject.source_name(),
         detail_suffix(detail)
     )]
     HttpStatus {
         /// What the request was about.
         subject: Subject,
+        /// The URL asked, without query string or credentials.
+        server: String,
         /// The HTTP status code.
         status: u16,
         /// Prometheus' own `error` text when the body carried one, else a short body excerpt.

@@ -144,7 +144,12 @@ impl Endpoint {
         self.timeout
     }
 
-    /// The base URL, without a trailing `/`.
+    /// The base URL as shown in logs and messages: no credentials, no trailing `/`.
+    pub fn shown_base(&self) -> String {
+        shown_url(&self.base).trim_end_matches('/').to_owned()
+    }
+
+    /// The base URL, without a trailing `/` (may hold credentials: never log it).
     pub fn base(&self) -> &str {
         self.base.as_str().trim_end_matches('/')
     }
@@ -174,6 +179,8 @@ impl Endpoint {
         url: Url,
         subject: &Subject,
     ) -> Result<Reply, MetricError> {
+        let server = shown_url(&url);
+        let server = server.as_str();
         let exchange = async {
             let mut response = client
                 .http()
@@ -182,7 +189,7 @@ impl Endpoint {
                 .timeout(self.timeout)
                 .send()
                 .await
-                .map_err(|e| transport_error(e, subject, self.timeout))?;
+                .map_err(|e| transport_error(e, subject, server, self.timeout))?;
             let status = response.status();
             let content_type = response
                 .headers()
@@ -194,7 +201,7 @@ impl Endpoint {
             while let Some(chunk) = response
                 .chunk()
                 .await
-                .map_err(|e| transport_error(e, subject, self.timeout))?
+                .map_err(|e| transport_error(e, subject, server, self.timeout))?
             {
                 if body.len() + chunk.len() > MAX_BODY_BYTES {
                     return Err(MetricError::Decode {
@@ -206,6 +213,7 @@ impl Endpoint {
                 body.extend_from_slice(&chunk);
             }
             Ok(Reply {
+                server: server.to_owned(),
                 status: status.as_u16(),
                 content_type,
                 body,
@@ -217,6 +225,7 @@ impl Endpoint {
             Ok(result) => result,
             Err(_) => Err(MetricError::Timeout {
                 subject: subject.clone(),
+                server: server.to_owned(),
                 seconds: self.timeout.as_secs_f64(),
             }),
         }
@@ -231,7 +240,7 @@ impl fmt::Debug for Endpoint {
             .map(|k| (k.as_str(), "<redacted>"))
             .collect();
         f.debug_struct("Endpoint")
-            .field("base", &self.base())
+            .field("base", &shown_url(&self.base))
             .field("headers", &headers)
             .field("timeout", &self.timeout)
             .finish()
@@ -240,6 +249,8 @@ impl fmt::Debug for Endpoint {
 
 /// A raw HTTP reply, before the source-specific decoding.
 pub(crate) struct Reply {
+    /// The URL asked, without query string or credentials ([`shown_url`]).
+    pub(crate) server: String,
     pub(crate) status: u16,
     pub(crate) content_type: String,
     pub(crate) body: Vec<u8>,
@@ -298,20 +309,38 @@ fn join_path(base: &str, path: &str) -> String {
     }
 }
 
-fn transport_error(error: reqwest::Error, subject: &Subject, timeout: Duration) -> MetricError {
+fn transport_error(
+    error: reqwest::Error,
+    subject: &Subject,
+    server: &str,
+    timeout: Duration,
+) -> MetricError {
     if error.is_timeout() {
         MetricError::Timeout {
             subject: subject.clone(),
+            server: server.to_owned(),
             seconds: timeout.as_secs_f64(),
         }
     } else {
         MetricError::Transport {
             subject: subject.clone(),
+            server: server.to_owned(),
             // The URL is part of the subject's context; strip it from reqwest's message so the
             // text stays short and never repeats query strings twice.
             reason: error_chain(&error.without_url()),
         }
     }
+}
+
+/// `url` as shown in messages: scheme, host, port and path; no credentials, query or fragment
+/// (a query string is already named by the error's subject).
+pub(crate) fn shown_url(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
 }
 
 /// Renders an error and its sources as `a: b: c`.
@@ -410,6 +439,13 @@ mod tests {
                 .kind(),
             "invalid_config"
         );
+    }
+
+    #[test]
+    fn shown_url_drops_credentials_and_query() {
+        let url =
+            Url::parse("https://user:pw@prom.example:9090/api/v1/query?query=up#x").expect("url");
+        assert_eq!(shown_url(&url), "https://prom.example:9090/api/v1/query");
     }
 
     #[test]

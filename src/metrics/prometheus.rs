@@ -69,7 +69,7 @@ impl PrometheusSource {
 
     async fn fetch(&self, query: &str, subject: &Subject) -> Result<Reply, MetricError> {
         let url = self.endpoint.url(QUERY_PATH, &[("query", query)])?;
-        tracing::debug!(server = %self.endpoint.base(), query, "prometheus instant query");
+        tracing::debug!(server = %self.endpoint.shown_base(), query, "prometheus instant query");
         self.endpoint.get(&self.client, url, subject).await
     }
 }
@@ -127,6 +127,7 @@ fn decode_envelope(subject: &Subject, reply: &Reply) -> Result<QueryResult, Metr
             },
             _ => MetricError::HttpStatus {
                 subject: subject.clone(),
+                server: reply.server.clone(),
                 status: reply.status,
                 detail: reply.snippet(BODY_EXCERPT_CHARS),
             },
@@ -301,6 +302,7 @@ mod tests {
 
     fn reply(status: u16, body: &str) -> Reply {
         Reply {
+            server: "http://h:1/path".to_owned(),
             status,
             content_type: "application/json".to_owned(),
             body: body.as_bytes().to_vec(),
@@ -407,12 +409,12 @@ mod tests {
         assert_eq!(err.kind(), "http_status");
         assert_eq!(
             err.to_string(),
-            "Prometheus answered HTTP 401 for query `avg(x)`: Unauthorized"
+            "Prometheus at http://h:1/path answered HTTP 401 for query `avg(x)`: Unauthorized"
         );
         let err = single(503, "").expect_err("503");
         assert_eq!(
             err.to_string(),
-            "Prometheus answered HTTP 503 for query `avg(x)`"
+            "Prometheus at http://h:1/path answered HTTP 503 for query `avg(x)`"
         );
     }
 
