@@ -59,7 +59,8 @@ pub struct MetricsClient {
 }
 
 impl MetricsClient {
-    /// Builds the shared client (rustls, aws-lc-rs provider, no system proxy lookup).
+    /// Builds the shared client: rustls with the aws-lc-rs provider and the platform verifier,
+    /// a 5-second connect timeout, `HTTP(S)_PROXY` / `NO_PROXY` from the environment honoured.
     ///
     /// Installs the crypto provider if none is installed yet ([`ensure_crypto_provider`]).
     ///
