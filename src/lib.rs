@@ -2,6 +2,8 @@
 //! llama.cpp, TGI) on queue depth, KV-cache usage and TTFT.
 //!
 //! The library holds the logic; `src/main.rs` only wires the command line.
+//! - [`controller`]: the reconcile loop (spec §2, §5–7); [`run`]: the `llmscaler run` process;
+//!   [`telemetry`]: the operator's own metrics.
 //! - [`engine`]: the pure decision engine of spec §2 (ratio, clamp, stabilization, step cap,
 //!   guards), shared by the controller, `simulate` and `probe`.
 //! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`).
@@ -9,8 +11,11 @@
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
 //! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
+pub mod controller;
 pub mod engine;
 pub mod metrics;
 pub mod probe;
+pub mod run;
 pub mod scaler_file;
 pub mod simulate;
+pub mod telemetry;

@@ -25,6 +25,8 @@ enum Command {
     /// Evaluate a scaler's metrics once against its serverAddress and print what each
     /// recommends (exit 0), or that the fleet would be held (exit 3); 2 for an invalid spec.
     Probe(llmscaler::probe::ProbeArgs),
+    /// Run the operator: the controller behind a Lease, and the metrics endpoints.
+    Run(llmscaler::run::RunArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -62,6 +64,24 @@ fn main() -> ExitCode {
         },
         Command::Simulate(args) => run_simulate(&args),
         Command::Probe(args) => llmscaler::probe::run(&args),
+        Command::Run(args) => run_operator(args),
+    }
+}
+
+fn run_operator(args: llmscaler::run::RunArgs) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(1, &format!("cannot start the async runtime: {err}")),
+    };
+    match runtime.block_on(llmscaler::run::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => fail(1, &err.to_string()),
     }
 }
 

@@ -1,0 +1,320 @@
+//! Cache-aware scale-down for Deployments (spec §5): before lowering replicas, give the pods to
+//! remove a low `controller.kubernetes.io/pod-deletion-cost` so the ReplicaSet deletes them
+//! first, clear costs left by earlier steps, and wait until the API server shows the marks.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::names::{FIELD_MANAGER, NEWEST_FIRST_COST, POD_DELETION_COST};
+
+/// Why marking failed; the scale-down is then deferred to the next sync.
+#[derive(Debug, thiserror::Error)]
+pub enum VictimError {
+    /// The Deployment has no usable `spec.selector`.
+    #[error("Deployment {0} has no spec.selector to find its pods")]
+    NoSelector(String),
+    /// Listing or patching pods failed.
+    #[error("{operation} pods of {deployment}: {source}")]
+    Api {
+        /// `list`, `annotate` or `read back`.
+        operation: &'static str,
+        /// `namespace/name` of the Deployment.
+        deployment: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The annotations did not show up in time.
+    #[error("pod-deletion-cost marks on {0:?} were not visible within {1:?}")]
+    NotObserved(Vec<String>, Duration),
+}
+
+/// The pods of a Deployment, as the marking needs them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// Pod name.
+    pub name: String,
+    /// `metadata.creationTimestamp`, seconds since the epoch (newest = largest).
+    pub created: i64,
+    /// The pod's current deletion-cost annotation, as written.
+    pub current_cost: Option<String>,
+}
+
+/// The plan for one scale-down: the cost to set per pod, and the pods whose cost to clear.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Pods to annotate with a cost (as an int32).
+    pub set: BTreeMap<String, i32>,
+    /// Pods whose stale cost to remove.
+    pub clear: Vec<String>,
+    /// The pods expected to go (the `remove` cheapest).
+    pub victims: Vec<String>,
+}
+
+/// Plans the marks (pure). With `costs` (from `deletionCostQuery`, pod → value): every pod the
+/// query returned gets its value rounded to int32 (lowest goes first), pods it did not return
+/// lose any old cost, and the victims are the `remove` lowest (ties: newest first). Without:
+/// the `remove` newest pods get [`NEWEST_FIRST_COST`], every other pod loses any old cost.
+/// Annotations already equal to the plan are not rewritten.
+pub fn plan(
+    candidates: &[Candidate],
+    remove: usize,
+    costs: Option<&BTreeMap<String, f64>>,
+) -> Plan {
+    let mut ranked: Vec<(&Candidate, Option<i32>)> = candidates
+        .iter()
+        .map(|c| {
+            (
+                c,
+                costs.and_then(|m| m.get(&c.name)).map(|v| round_cost(*v)),
+            )
+        })
+        .collect();
+    // Pods with a cost before pods without, lowest cost first, then newest first.
+    ranked.sort_by(|(a, ca), (b, cb)| {
+        let key = |c: &Option<i32>| c.map_or((1, 0), |v| (0, v));
+        key(ca)
+            .cmp(&key(cb))
+            .then(b.created.cmp(&a.created))
+            .then(a.name.cmp(&b.name))
+    });
+    if costs.is_none() {
+        // Newest first: no query value; ranking is by creation time only.
+        ranked.sort_by(|(a, _), (b, _)| b.created.cmp(&a.created).then(a.name.cmp(&b.name)));
+    }
+    let victims: Vec<String> = ranked
+        .iter()
+        .take(remove)
+        .map(|(c, _)| c.name.clone())
+        .collect();
+    let mut out = Plan {
+        victims: victims.clone(),
+        ..Plan::default()
+    };
+    for (candidate, cost) in &ranked {
+        let wanted = match costs {
+            Some(_) => *cost,
+            None => victims
+                .contains(&candidate.name)
+                .then_some(NEWEST_FIRST_COST),
+        };
+        match wanted {
+            Some(cost) if candidate.current_cost.as_deref() != Some(&cost.to_string()) => {
+                out.set.insert(candidate.name.clone(), cost);
+            }
+            Some(_) => {}
+            None if candidate.current_cost.is_some() => out.clear.push(candidate.name.clone()),
+            None => {}
+        }
+    }
+    out
+}
+
+/// A query value as a deletion cost: rounded, saturated to int32.
+#[allow(clippy::cast_possible_truncation)]
+fn round_cost(value: f64) -> i32 {
+    if value.is_nan() {
+        0
+    } else {
+        // `as` saturates at the int32 bounds.
+        value.round() as i32
+    }
+}
+
+/// `spec.selector` of a Deployment as a label selector string (`matchLabels` and the
+/// `In`/`NotIn`/`Exists`/`DoesNotExist` expressions).
+pub fn selector_string(deployment: &serde_json::Value) -> Option<String> {
+    let selector = deployment.get("spec")?.get("selector")?;
+    let mut parts = Vec::new();
+    if let Some(labels) = selector.get("matchLabels").and_then(|m| m.as_object()) {
+        for (k, v) in labels {
+            parts.push(format!("{k}={}", v.as_str()?));
+        }
+    }
+    for expr in selector
+        .get("matchExpressions")
+        .and_then(|m| m.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let key = expr.get("key")?.as_str()?;
+        let values: Vec<&str> = expr
+            .get("values")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .collect();
+        parts.push(match expr.get("operator")?.as_str()? {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => return None,
+        });
+    }
+    (!parts.is_empty()).then(|| parts.join(","))
+}
+
+/// Lists the live (not terminating) pods matching `selector` in `namespace`.
+///
+/// # Errors
+/// [`VictimError::Api`] when the list fails.
+pub async fn candidates(
+    pods: &Api<Pod>,
+    selector: &str,
+    deployment: &str,
+) -> Result<Vec<Candidate>, VictimError> {
+    let list = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|source| VictimError::Api {
+            operation: "list",
+            deployment: deployment.to_string(),
+            source,
+        })?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            Some(Candidate {
+                name: p.metadata.name?,
+                created: p.metadata.creation_timestamp.map_or(0, |t| t.0.as_second()),
+                current_cost: p
+                    .metadata
+                    .annotations
+                    .and_then(|mut a| a.remove(POD_DELETION_COST)),
+            })
+        })
+        .collect())
+}
+
+/// Applies a plan (server-side apply of the annotation under [`FIELD_MANAGER`]; clearing applies
+/// an empty annotation set, which removes only what this manager owns), then reads the pods back
+/// until every mark is visible, polling until `deadline`. Returns the number of pods patched.
+///
+/// # Errors
+/// [`VictimError::Api`] when a patch or read fails, [`VictimError::NotObserved`] when the marks
+/// did not show up in time.
+pub async fn apply_plan(
+    pods: &Api<Pod>,
+    plan: &Plan,
+    deployment: &str,
+    deadline: Duration,
+) -> Result<usize, VictimError> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let api_err = |operation| {
+        move |source| VictimError::Api {
+            operation,
+            deployment: deployment.to_string(),
+            source,
+        }
+    };
+    for (name, cost) in &plan.set {
+        let body = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {POD_DELETION_COST: cost.to_string()}}});
+        pods.patch(name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(api_err("annotate"))?;
+    }
+    for name in &plan.clear {
+        let body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}});
+        if let Err(err) = pods.patch(name, &params, &Patch::Apply(&body)).await {
+            // A pod that went away has nothing left to clear.
+            if !matches!(&err, kube::Error::Api(s) if s.code == 404) {
+                return Err(api_err("clear")(err));
+            }
+        }
+    }
+    let started = tokio::time::Instant::now();
+    loop {
+        let mut missing = Vec::new();
+        for (name, cost) in &plan.set {
+            let pod = pods.get_opt(name).await.map_err(api_err("read back"))?;
+            let seen = pod
+                .and_then(|p| p.metadata.annotations)
+                .and_then(|mut a| a.remove(POD_DELETION_COST));
+            if seen.as_deref() != Some(&cost.to_string()) {
+                missing.push(name.clone());
+            }
+        }
+        if missing.is_empty() {
+            return Ok(plan.set.len() + plan.clear.len());
+        }
+        if started.elapsed() >= deadline {
+            return Err(VictimError::NotObserved(missing, deadline));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, created: i64, cost: Option<&str>) -> Candidate {
+        Candidate {
+            name: name.into(),
+            created,
+            current_cost: cost.map(String::from),
+        }
+    }
+
+    #[test]
+    fn newest_first_marks_the_newest_and_clears_stale() {
+        let pods = [
+            pod("a", 1, None),
+            pod("b", 3, None),
+            pod("c", 2, Some("-100")),
+        ];
+        let p = plan(&pods, 1, None);
+        assert_eq!(p.victims, vec!["b"]);
+        assert_eq!(p.set, BTreeMap::from([("b".to_string(), -100)]));
+        assert_eq!(p.clear, vec!["c"]);
+    }
+
+    #[test]
+    fn query_costs_annotate_every_returned_pod_lowest_goes() {
+        let pods = [
+            pod("a", 1, None),
+            pod("b", 3, None),
+            pod("c", 2, Some("7")),
+            pod("d", 4, Some("1")),
+        ];
+        let costs = BTreeMap::from([
+            ("a".to_string(), 0.4),
+            ("b".to_string(), 12.6),
+            ("c".to_string(), 7.2),
+        ]);
+        let p = plan(&pods, 2, Some(&costs));
+        assert_eq!(p.victims, vec!["a", "c"]);
+        assert_eq!(
+            p.set,
+            BTreeMap::from([("a".to_string(), 0), ("b".to_string(), 13)])
+        );
+        assert_eq!(p.clear, vec!["d"]);
+    }
+
+    #[test]
+    fn huge_costs_saturate() {
+        assert_eq!(round_cost(1e300), i32::MAX);
+        assert_eq!(round_cost(-1e300), i32::MIN);
+    }
+
+    #[test]
+    fn selectors() {
+        let d = json!({"spec": {"selector": {"matchLabels": {"app": "vllm"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]},
+                                 {"key": "canary", "operator": "DoesNotExist"}]}}});
+        assert_eq!(
+            selector_string(&d).as_deref(),
+            Some("app=vllm,tier in (a,b),!canary")
+        );
+        assert_eq!(selector_string(&json!({"spec": {}})), None);
+    }
+}
