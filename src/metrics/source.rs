@@ -145,3 +145,96 @@ impl Readings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{MetricInput, Signal};
+    use crate::metrics::Subject;
+
+    fn spec(value: serde_json::Value) -> LLMScalerSpec {
+        serde_json::from_value(value).expect("spec")
+    }
+
+    fn prometheus_spec() -> LLMScalerSpec {
+        spec(serde_json::json!({
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+            "serverAddress": "http://prometheus:9090",
+            "serverHeaders": {"Authorization": "Bearer tok"},
+            "minReplicas": 1,
+            "maxReplicas": 5,
+            "metrics": [
+                {"name": "waiting", "query": "avg(w)", "target": "2"},
+                {"query": "avg(kv)", "target": "0.8"}
+            ]
+        }))
+    }
+
+    #[test]
+    fn from_spec_picks_the_provider() {
+        let client = MetricsClient::new().expect("client");
+        let source = MetricSource::from_spec(&client, &prometheus_spec()).expect("source");
+        assert!(matches!(source, MetricSource::Prometheus(_)));
+        assert!(!format!("{source:?}").contains("Bearer tok"));
+
+        let custom = spec(serde_json::json!({
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+            "metricProvider": "Custom",
+            "customProvider": {"serviceId": "llama", "path": "v1/decide"},
+            "serverAddress": "http://decider:8080/",
+            "minReplicas": 0,
+            "maxReplicas": 5
+        }));
+        match MetricSource::from_spec(&client, &custom).expect("source") {
+            MetricSource::Decision(d) => assert_eq!(
+                d.url().expect("url").as_str(),
+                "http://decider:8080/v1/decide?serviceId=llama"
+            ),
+            other => panic!("expected a decision source, got {other:?}"),
+        }
+
+        let mut bad = prometheus_spec();
+        bad.server_address = "prometheus:9090".to_owned();
+        assert_eq!(
+            MetricSource::from_spec(&client, &bad)
+                .expect_err("no scheme")
+                .kind(),
+            "invalid_config"
+        );
+    }
+
+    #[test]
+    fn readings_become_the_engine_signal_and_named_errors() {
+        let spec = prometheus_spec();
+        let readings = Readings::Metrics(vec![
+            Ok(3.0),
+            Err(MetricError::NoData {
+                subject: Subject::Query("avg(kv)".to_owned()),
+            }),
+        ]);
+        let no_data = "Prometheus query `avg(kv)` returned no data (empty result); the metric \
+                       is skipped, not read as 0";
+        assert_eq!(
+            readings.signal(&spec),
+            Signal::Metrics(vec![
+                MetricInput {
+                    name: "waiting".to_owned(),
+                    target: "2".to_owned(),
+                    value: Ok(3.0),
+                },
+                MetricInput {
+                    name: "metric1".to_owned(),
+                    target: "0.8".to_owned(),
+                    value: Err(no_data.to_owned()),
+                },
+            ])
+        );
+        let errors = readings.errors(&spec);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0, "metric1");
+        assert_eq!(errors[0].1.kind(), "no_data");
+
+        let decision = Readings::Decision(Ok(7));
+        assert!(decision.errors(&spec).is_empty());
+    }
+}
