@@ -225,53 +225,59 @@ impl Prometheus {
             ),
         )
         .expect("write prometheus.yml");
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let log = dir.path().join("prometheus.log");
-        let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(&bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("clone log"))
-            .stderr(log_file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let mut prometheus = Self {
-            addr,
-            child,
-            log,
-            _dir: dir,
-        };
         let http = reqwest::Client::new();
-        let ready = format!("http://{addr}/-/ready");
-        let start = Instant::now();
-        loop {
-            if let Ok(Some(status)) = prometheus.child.try_wait() {
-                panic!(
-                    "prometheus exited with {status} before it was ready; log:\n{}",
-                    prometheus.log_tail()
-                );
+        // A port picked by `free_port` can be taken by someone else before Prometheus binds it:
+        // try again with another port when that happens.
+        for attempt in 1..=3 {
+            let port = free_port();
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+            let log = dir.path().join(format!("prometheus-{attempt}.log"));
+            let log_file = std::fs::File::create(&log).expect("log file");
+            let mut child = Command::new(&bin)
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join(format!("data-{attempt}")).display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=warn")
+                .stdin(Stdio::null())
+                .stdout(log_file.try_clone().expect("clone log"))
+                .stderr(log_file)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let ready = format!("http://{addr}/-/ready");
+            let start = Instant::now();
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let tail = log_tail(&log);
+                    if tail.contains("address already in use") && attempt < 3 {
+                        break;
+                    }
+                    panic!("prometheus exited with {status} before it was ready; log:\n{tail}");
+                }
+                if let Ok(resp) = http.get(&ready).send().await
+                    && resp.status().is_success()
+                {
+                    return Self {
+                        addr,
+                        child,
+                        log,
+                        _dir: dir,
+                    };
+                }
+                if start.elapsed() > STARTUP_DEADLINE {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "prometheus not ready after {STARTUP_DEADLINE:?}; log:\n{}",
+                        log_tail(&log)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            if let Ok(resp) = http.get(&ready).send().await
-                && resp.status().is_success()
-            {
-                break;
-            }
-            if start.elapsed() > STARTUP_DEADLINE {
-                panic!(
-                    "prometheus not ready after {STARTUP_DEADLINE:?}; log:\n{}",
-                    prometheus.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        prometheus
+        unreachable!("the third attempt either returns or panics")
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -281,9 +287,7 @@ impl Prometheus {
 
     /// The last lines of Prometheus' log, for failure messages.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        log_tail(&self.log)
     }
 
     /// Waits until `query` returns exactly `want` through the source under test.
@@ -308,6 +312,13 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The last 30 lines of a log file.
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// A free loopback port (bound then released).
