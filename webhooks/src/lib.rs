@@ -1,1 +1,66 @@
-//! Admission webhook for LLMScaler (issue 5): placeholder until the handlers land.
+//! `llmscaler-webhooks`: the validating and mutating admission webhook for `LLMScaler`
+//! (spec §8, issue 5), and the HTTPS server that carries it.
+//!
+//! - [`admission`]: pure handlers, [`admission::validate`] and [`admission::mutate`], from an
+//!   `AdmissionRequest` to an `AdmissionResponse`, over the shared rules of `llmscaler-api`
+//!   ([`llmscaler_api::validation::parse_json_value`], [`llmscaler_api::validate_spec`],
+//!   [`llmscaler_api::spec_warnings`], [`llmscaler_api::apply_defaults`]).
+//! - [`review`]: one HTTP request body to one HTTP response (status code and JSON body): the
+//!   `AdmissionReview` envelope checks (only `admission.k8s.io/v1`), size and content-type
+//!   limits, and well-formed errors for garbage.
+//! - [`server`]: the axum router (`POST /validate`, `POST /mutate`, `GET /healthz`), rustls
+//!   (TLS 1.2 and 1.3) with a certificate that can be swapped while serving
+//!   ([`server::CertResolver`]), and a poller that reloads it from files.
+//! - [`cli`]: `llmscaler webhook --listen ADDR --tls-cert-file F --tls-key-file F`, the server
+//!   alone with no cluster.
+
+pub mod admission;
+pub mod cli;
+pub mod review;
+pub mod server;
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in this crate outside the pure handlers (which never fail:
+/// they answer with a denial instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A certificate or key file could not be read.
+    #[error("cannot read {path}: {source}")]
+    ReadFile {
+        /// The file that was being read.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The PEM text holds no certificate, or a certificate that cannot be decoded.
+    #[error("no usable certificate in {what}: {reason}")]
+    Certificate {
+        /// Where the PEM came from (a path, or "PEM" when set directly).
+        what: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The PEM text holds no private key, or a key rustls cannot use, or a key that does not
+    /// belong to the certificate.
+    #[error("no usable private key in {what}: {reason}")]
+    PrivateKey {
+        /// Where the PEM came from (a path, or "PEM" when set directly).
+        what: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// rustls refused the server configuration (no crypto provider installed, for one).
+    #[error("TLS configuration: {0}")]
+    Tls(#[source] rustls::Error),
+    /// Binding or serving the listen address failed.
+    #[error("serving on {addr}: {source}")]
+    Serve {
+        /// The listen address.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
