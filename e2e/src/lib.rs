@@ -5,6 +5,11 @@
 //! command-line tools. Each test works in a namespace of its own ([`TestNamespace`]) and waits on
 //! conditions with a deadline ([`wait_for`]), never on fixed sleeps.
 
+pub mod exporter;
+pub mod fixture;
+pub mod operator;
+pub mod prometheus;
+
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -197,5 +202,40 @@ impl Drop for TestNamespace {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();
+    }
+}
+
+/// A free loopback port (bound, then released).
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Polls `url` until it answers 200 while `child` keeps running, for at most `timeout`.
+///
+/// # Errors
+/// When the child exits first (with its status) or `timeout` passes (with the last answer).
+pub async fn wait_child_ready(
+    child: &mut std::process::Child,
+    url: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("the process exited with {status} before {url} answered");
+        }
+        let last = match prometheus::http_get(url).await {
+            Ok(200) => return Ok(()),
+            Ok(code) => format!("HTTP {code}"),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            bail!("{url} not ready after {timeout:?}; last: {last}");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }

@@ -5,8 +5,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -175,119 +173,29 @@ pub async fn start_exporter() -> TestServer {
     TestServer::start(router).await
 }
 
-/// Locates the Prometheus binary: `$PROMETHEUS_BIN`, `/usr/bin/prometheus`, or `prometheus` on
-/// `PATH`. Panics with install instructions when none is found: these tests never skip.
-pub fn prometheus_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("PROMETHEUS_BIN") {
-        return PathBuf::from(bin);
-    }
-    let candidates = std::iter::once(PathBuf::from("/usr/bin/prometheus")).chain(
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|dir| dir.join("prometheus")),
-    );
-    for candidate in candidates {
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    panic!(
-        "the `prometheus` binary was not found (looked at $PROMETHEUS_BIN, /usr/bin/prometheus \
-         and PATH); install it with `apt-get install -y --no-install-recommends prometheus` \
-         (e2e/install-deps does this in CI). These tests need a real Prometheus and do not skip."
-    );
-}
-
-/// A real Prometheus process on a loopback port, scraping one target every second. Killed on
-/// drop.
-pub struct Prometheus {
-    pub addr: SocketAddr,
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
+/// A real Prometheus process on a loopback port, scraping one target every second; the
+/// launcher is shared with the end-to-end tests (`llmscaler_e2e::prometheus`). Killed on drop.
+pub struct Prometheus(llmscaler_e2e::prometheus::Prometheus);
 
 impl Prometheus {
     /// Starts Prometheus scraping `http://{target}/metrics` every second and waits until its
-    /// HTTP API answers.
+    /// HTTP API answers. Panics with Prometheus' log when it cannot start: these tests never
+    /// skip.
     pub async fn start(target: SocketAddr) -> Self {
-        let bin = prometheus_binary();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: vllm\n    scrape_interval: 1s\n    \
-                 scrape_timeout: 1s\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .expect("write prometheus.yml");
-        let http = reqwest::Client::new();
-        // A port picked by `free_port` can be taken by someone else before Prometheus binds it:
-        // try again with another port when that happens.
-        for attempt in 1..=3 {
-            let port = free_port();
-            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-            let log = dir.path().join(format!("prometheus-{attempt}.log"));
-            let log_file = std::fs::File::create(&log).expect("log file");
-            let mut child = Command::new(&bin)
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join(format!("data-{attempt}")).display()
-                ))
-                .arg(format!("--web.listen-address={addr}"))
-                .arg("--log.level=warn")
-                .stdin(Stdio::null())
-                .stdout(log_file.try_clone().expect("clone log"))
-                .stderr(log_file)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-            let ready = format!("http://{addr}/-/ready");
-            let start = Instant::now();
-            loop {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let tail = log_tail(&log);
-                    if tail.contains("address already in use") && attempt < 3 {
-                        break;
-                    }
-                    panic!("prometheus exited with {status} before it was ready; log:\n{tail}");
-                }
-                if let Ok(resp) = http.get(&ready).send().await
-                    && resp.status().is_success()
-                {
-                    return Self {
-                        addr,
-                        child,
-                        log,
-                        _dir: dir,
-                    };
-                }
-                if start.elapsed() > STARTUP_DEADLINE {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!(
-                        "prometheus not ready after {STARTUP_DEADLINE:?}; log:\n{}",
-                        log_tail(&log)
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        match llmscaler_e2e::prometheus::Prometheus::start(target).await {
+            Ok(prometheus) => Self(prometheus),
+            Err(err) => panic!("{err:#}"),
         }
-        unreachable!("the third attempt either returns or panics")
     }
 
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.0.url()
     }
 
     /// The last lines of Prometheus' log, for failure messages.
     pub fn log_tail(&self) -> String {
-        log_tail(&self.log)
+        self.0.log_tail()
     }
 
     /// Waits until `query` returns exactly `want` through the source under test.
@@ -307,24 +215,9 @@ impl Prometheus {
     }
 }
 
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The last 30 lines of a log file.
-fn log_tail(path: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    listener.local_addr().expect("local addr").port()
+    llmscaler_e2e::free_port().expect("bind a loopback port")
 }
 
 /// A Prometheus source on the shared client with the given headers and timeout.

@@ -1,0 +1,341 @@
+//! One controller test's world: a namespace, the chart's RBAC, a settable exporter, a real
+//! Prometheus scraping it, and the `llmscaler run` binary authenticated as the chart's
+//! ServiceAccount.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::exporter::Exporter;
+use crate::operator::{Operator, Rbac, run_command};
+use crate::prometheus::Prometheus;
+use crate::{Check, TestNamespace, client, kubectl_path, unique_name, wait_for};
+
+/// Field manager the tests use to create workloads, as a GitOps tool or a user would.
+pub const SETUP_MANAGER: &str = "e2e-setup";
+
+/// Applies `crds/llmscaler.yaml` (server-side, idempotent) and waits until it is Established.
+///
+/// # Errors
+/// When kubectl fails.
+pub fn install_crd() -> anyhow::Result<()> {
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/llmscaler.yaml");
+    let crd = crd.to_str().context("CRD path is not UTF-8")?;
+    run_command(
+        &kubectl_path(),
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            "e2e-crd",
+            "-f",
+            crd,
+        ],
+        None,
+    )?;
+    run_command(
+        &kubectl_path(),
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/llmscalers.autoscaling.modelsphere.dev",
+        ],
+        None,
+    )
+    .map(drop)
+}
+
+/// Everything one controller test needs. Call [`World::finish`] at the end.
+pub struct World {
+    /// Admin client.
+    pub client: Client,
+    /// The test's namespace.
+    pub ns: TestNamespace,
+    /// RBAC and the ServiceAccount kubeconfig.
+    pub rbac: Rbac,
+    /// The metrics Prometheus scrapes.
+    pub exporter: Exporter,
+    /// The real Prometheus.
+    pub prometheus: Prometheus,
+    /// The operator (started by [`World::start_operator`]).
+    pub operators: Vec<Operator>,
+}
+
+impl World {
+    /// Namespace, RBAC, exporter and Prometheus; no operator yet.
+    ///
+    /// # Errors
+    /// When any part fails to start.
+    pub async fn new(prefix: &str) -> anyhow::Result<Self> {
+        install_crd()?;
+        let client = client().await?;
+        let ns = TestNamespace::create(&client, prefix).await?;
+        let rbac = Rbac::install(&unique_name(prefix), ns.name(), &[])?;
+        let exporter = Exporter::start().await?;
+        let prometheus = Prometheus::start(exporter.addr).await?;
+        Ok(Self {
+            client,
+            ns,
+            rbac,
+            exporter,
+            prometheus,
+            operators: Vec::new(),
+        })
+    }
+
+    /// Starts one more operator (`identity` names it in the Lease).
+    ///
+    /// # Errors
+    /// When it does not become ready.
+    pub async fn start_operator(&mut self, identity: &str, extra: &[&str]) -> anyhow::Result<()> {
+        let operator =
+            Operator::start(&self.rbac.kubeconfig, self.ns.name(), identity, extra).await?;
+        self.operators.push(operator);
+        Ok(())
+    }
+
+    /// The namespace name.
+    pub fn namespace(&self) -> &str {
+        self.ns.name()
+    }
+
+    /// Server-side applies `object` under `manager` (force).
+    ///
+    /// # Errors
+    /// API errors.
+    pub async fn apply(&self, manager: &str, object: &Value) -> anyhow::Result<DynamicObject> {
+        let object: DynamicObject = serde_json::from_value(object.clone())?;
+        let gvk = object
+            .types
+            .as_ref()
+            .context("object without apiVersion/kind")?;
+        let (group, version) = gvk
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &gvk.api_version));
+        let (resource, _) = kube::discovery::pinned_kind(
+            &self.client,
+            &kube::api::GroupVersionKind::gvk(group, version, &gvk.kind),
+        )
+        .await?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), self.namespace(), &resource);
+        api.patch(
+            &object.name_any(),
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .with_context(|| format!("applying {} {}", gvk.kind, object.name_any()))
+    }
+
+    /// A Deployment of fake inference pods (kwok marks them Ready), applied by
+    /// [`SETUP_MANAGER`] with `replicas`.
+    ///
+    /// # Errors
+    /// API errors.
+    pub async fn create_deployment(&self, name: &str, replicas: i32) -> anyhow::Result<()> {
+        self.apply(
+            SETUP_MANAGER,
+            &deployment_manifest(self.namespace(), name, Some(replicas)),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Creates an LLMScaler named `name` from `spec`.
+    ///
+    /// # Errors
+    /// API errors.
+    pub async fn create_scaler(&self, name: &str, spec: Value) -> anyhow::Result<()> {
+        self.apply(
+            "e2e-user",
+            &json!({
+                "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+                "kind": "LLMScaler",
+                "metadata": {"name": name, "namespace": self.namespace()},
+                "spec": spec,
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `(spec.replicas, status.readyReplicas, resourceVersion)` of a Deployment.
+    ///
+    /// # Errors
+    /// API errors.
+    pub async fn deployment_replicas(&self, name: &str) -> anyhow::Result<(i32, i32, String)> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), self.namespace());
+        let d = api.get(name).await?;
+        Ok((
+            d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            d.status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0),
+            d.resource_version().unwrap_or_default(),
+        ))
+    }
+
+    /// Waits until the Deployment has `replicas` in spec and as many Ready.
+    ///
+    /// # Errors
+    /// On timeout, with what was seen.
+    pub async fn wait_replicas(
+        &self,
+        name: &str,
+        replicas: i32,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        wait_for(
+            &format!("{name} at {replicas} ready replicas"),
+            timeout,
+            || async {
+                let (spec, ready, _) = self.deployment_replicas(name).await?;
+                Ok(if spec == replicas && ready == replicas {
+                    Check::Done(())
+                } else {
+                    Check::NotYet(format!("spec {spec}, ready {ready}"))
+                })
+            },
+        )
+        .await
+    }
+
+    /// The LLMScaler as JSON.
+    ///
+    /// # Errors
+    /// API errors.
+    pub async fn scaler(&self, name: &str) -> anyhow::Result<Value> {
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(
+                "autoscaling.modelsphere.dev",
+                "v1alpha1",
+                "LLMScaler",
+            ),
+            "llmscalers",
+        );
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), self.namespace(), &resource);
+        Ok(serde_json::to_value(api.get(name).await?)?)
+    }
+
+    /// Waits until the scaler's condition `type_` has `status` and a message containing
+    /// `message_part`; returns the condition.
+    ///
+    /// # Errors
+    /// On timeout, with the conditions seen.
+    pub async fn wait_condition(
+        &self,
+        scaler: &str,
+        type_: &str,
+        status: &str,
+        message_part: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
+        wait_for(
+            &format!("{scaler} condition {type_}={status} ~ {message_part:?}"),
+            timeout,
+            || async {
+                let object = self.scaler(scaler).await?;
+                let conditions = object["status"]["conditions"].clone();
+                let found = conditions
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == type_)
+                    .cloned();
+                Ok(match found {
+                    Some(c)
+                        if c["status"] == status
+                            && c["message"].as_str().unwrap_or("").contains(message_part) =>
+                    {
+                        Check::Done(c)
+                    }
+                    _ => Check::NotYet(conditions.to_string()),
+                })
+            },
+        )
+        .await
+    }
+
+    /// Stops every operator, deletes RBAC and the namespace.
+    ///
+    /// # Errors
+    /// When cleanup fails.
+    pub async fn finish(mut self) -> anyhow::Result<()> {
+        for mut operator in self.operators.drain(..) {
+            operator.kill();
+        }
+        self.rbac.delete()?;
+        self.ns.delete().await
+    }
+
+    /// The log of every operator, for failure messages.
+    pub fn operator_logs(&self) -> String {
+        self.operators
+            .iter()
+            .enumerate()
+            .map(|(i, o)| format!("--- operator {i} ---\n{}", o.log_tail()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// A Deployment manifest of fake inference pods (label `app=<name>`, kwok toleration); without
+/// `replicas` when `None` (the GitOps way).
+pub fn deployment_manifest(namespace: &str, name: &str, replicas: Option<i32>) -> Value {
+    let mut manifest = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "vllm", "image": "registry.invalid/vllm:fake"}],
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
+                }
+            }
+        }
+    });
+    if let Some(replicas) = replicas {
+        manifest["spec"]["replicas"] = json!(replicas);
+    }
+    manifest
+}
+
+/// A Prometheus-provider scaler spec on `avg(llm_queue{scaler="<tag>"})` with `target`, sync
+/// every second, plus the `extra` fields merged in.
+/// `target` is the `targetRef` object.
+pub fn queue_scaler_spec(
+    prometheus_url: &str,
+    target: Value,
+    tag: &str,
+    (min, max): (i32, i32),
+    extra: Value,
+) -> Value {
+    let mut spec = json!({
+        "targetRef": target,
+        "serverAddress": prometheus_url,
+        "minReplicas": min,
+        "maxReplicas": max,
+        "syncPeriodSeconds": 1,
+        "retryPeriodSeconds": 1,
+        "metrics": [{"name": "queue", "query": format!("avg(llm_queue{{scaler=\"{tag}\"}})"), "target": "0.5"}],
+    });
+    if let (Some(base), Some(more)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in more {
+            base.insert(k.clone(), v.clone());
+        }
+    }
+    spec
+}

@@ -1,0 +1,148 @@
+//! A real Prometheus (Debian's `prometheus`) on a loopback port, scraping one target every
+//! second, started and killed by the test.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::{free_port, wait_child_ready};
+
+/// How long Prometheus may take to answer `/-/ready`.
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Locates the Prometheus binary: `$PROMETHEUS_BIN`, `/usr/bin/prometheus`, or `prometheus` on
+/// `PATH`.
+///
+/// # Errors
+/// When none is found, with the install command (these tests never skip).
+pub fn binary() -> anyhow::Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("PROMETHEUS_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    let path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    std::iter::once(PathBuf::from("/usr/bin/prometheus"))
+        .chain(path.into_iter().map(|dir| dir.join("prometheus")))
+        .find(|c| c.is_file())
+        .context(
+            "the `prometheus` binary was not found ($PROMETHEUS_BIN, /usr/bin/prometheus, PATH); \
+             install it with `apt-get install -y --no-install-recommends prometheus` \
+             (e2e/install-deps does this)",
+        )
+}
+
+/// A Prometheus process; killed on drop.
+pub struct Prometheus {
+    /// `127.0.0.1:<port>`.
+    pub addr: SocketAddr,
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `http://{target}/metrics` every second and waits (deadline
+    /// [`STARTUP_DEADLINE`]) until it is ready.
+    ///
+    /// # Errors
+    /// When the binary is missing, exits early, or is not ready in time (with its log tail).
+    pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
+        let bin = binary()?;
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: vllm\n    scrape_interval: 1s\n    \
+                 scrape_timeout: 1s\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )?;
+        // A port picked by `free_port` can be taken before Prometheus binds it: try again with
+        // another port when that happens.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+            let log = dir.path().join(format!("prometheus-{attempt}.log"));
+            let log_file = std::fs::File::create(&log)?;
+            let mut child = Command::new(&bin)
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join(format!("data-{attempt}")).display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=warn")
+                .stdin(Stdio::null())
+                .stdout(log_file.try_clone()?)
+                .stderr(log_file)
+                .spawn()
+                .with_context(|| format!("starting {}", bin.display()))?;
+            let ready = format!("http://{addr}/-/ready");
+            match wait_child_ready(&mut child, &ready, STARTUP_DEADLINE).await {
+                Ok(()) => {
+                    return Ok(Self {
+                        addr,
+                        child: Some(child),
+                        log,
+                        _dir: dir,
+                    });
+                }
+                Err(err) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let tail = tail_of(&log);
+                    if tail.contains("address already in use") && attempt < 3 {
+                        continue;
+                    }
+                    bail!("{err}; prometheus log:\n{tail}");
+                }
+            }
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The last 30 lines of Prometheus' log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        tail_of(&self.log)
+    }
+
+    /// Stops Prometheus now (a metric source that goes away mid-test).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Status code of a plain GET (used for readiness probes of local servers).
+///
+/// # Errors
+/// Transport errors.
+pub async fn http_get(url: &str) -> anyhow::Result<u16> {
+    let response = reqwest::Client::new().get(url).send().await?;
+    Ok(response.status().as_u16())
+}
+
+/// The last 30 lines of a log file.
+fn tail_of(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}

@@ -1,0 +1,388 @@
+//! The controller against the local control plane and a real Prometheus (issue 6): every test
+//! runs the real `llmscaler run` binary with a token of the chart's ServiceAccount.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use llmscaler_e2e::fixture::{World, queue_scaler_spec};
+use llmscaler_e2e::{Check, wait_for};
+use serde_json::json;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn deployment_ref(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
+}
+
+/// Polls the Deployment until `spec.replicas` reaches `last`, recording every distinct value.
+async fn replica_walk(
+    world: &World,
+    name: &str,
+    last: i32,
+    timeout: Duration,
+) -> anyhow::Result<Vec<i32>> {
+    let mut seen: Vec<i32> = Vec::new();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (spec, _, _) = world.deployment_replicas(name).await?;
+        if seen.last() != Some(&spec) {
+            seen.push(spec);
+        }
+        if spec == last {
+            return Ok(seen);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "replicas of {name} never reached {last}; walk {seen:?}\n{}",
+            world.operator_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The managers owning `f:spec.f:replicas` of a Deployment, and llmscaler's whole fieldsV1.
+async fn replicas_ownership(
+    world: &World,
+    name: &str,
+) -> anyhow::Result<(Vec<String>, Option<serde_json::Value>)> {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(world.client.clone(), world.namespace());
+    let d = api.get(name).await?;
+    let mut owners = Vec::new();
+    let mut ours = None;
+    for entry in d.metadata.managed_fields.unwrap_or_default() {
+        let fields = entry.fields_v1.map(|f| f.0).unwrap_or_default();
+        let manager = entry.manager.unwrap_or_default();
+        if fields.pointer("/f:spec/f:replicas").is_some() {
+            owners.push(manager.clone());
+        }
+        if manager == "llmscaler" {
+            ours = Some(fields);
+        }
+    }
+    Ok((owners, ours))
+}
+
+fn writes_of(metrics: &str, kind: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("llmscaler_writes_total{") && l.contains(&format!("kind=\"{kind}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> anyhow::Result<()> {
+    let mut world = World::new("ctl-basic").await?;
+    world.create_deployment("vllm", 1).await?;
+    world.wait_replicas("vllm", 1, MINUTE).await?;
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"basic\"", 0.85)]);
+    world
+        .create_scaler(
+            "chat",
+            queue_scaler_spec(
+                &world.prometheus.url(),
+                deployment_ref("vllm"),
+                "basic",
+                (1, 5),
+                json!({}),
+            ),
+        )
+        .await?;
+    world.start_operator("basic-0", &[]).await?;
+
+    // ready 1, value 0.85, target 0.5 -> 2; then 2 -> ceil(2*1.7) = 4; then 4 -> 7 clamped to 5.
+    let walk = replica_walk(&world, "vllm", 5, MINUTE).await?;
+    println!("replica walk at 0.85: {walk:?}");
+    assert_eq!(walk, vec![1, 2, 4, 5]);
+    world
+        .wait_condition("chat", "ScalingLimited", "True", "maxReplicas 5", MINUTE)
+        .await?;
+    world.wait_replicas("vllm", 5, MINUTE).await?;
+
+    // spec 5 all ready, value 0, min 1 -> 1.
+    let changed = Instant::now();
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"basic\"", 0.0)]);
+    let walk = replica_walk(&world, "vllm", 1, MINUTE).await?;
+    println!(
+        "reaction time (exporter value changed -> spec.replicas written): {:?}",
+        changed.elapsed()
+    );
+    assert_eq!(walk, vec![5, 1]);
+    world.wait_replicas("vllm", 1, MINUTE).await?;
+
+    let (owners, ours) = replicas_ownership(&world, "vllm").await?;
+    println!("spec.replicas owners: {owners:?}; llmscaler fieldsV1: {ours:?}");
+    assert_eq!(owners, vec!["llmscaler"]);
+    assert_eq!(ours, Some(json!({"f:spec": {"f:replicas": {}}})));
+
+    // Steady state: no write to the Deployment or the scaler over five sync periods, while the
+    // operator keeps syncing (its reconcile histogram keeps counting).
+    let scaler_rv = world.scaler("chat").await?["metadata"]["resourceVersion"].clone();
+    let (_, _, deployment_rv) = world.deployment_replicas("vllm").await?;
+    let syncs = |m: &str| {
+        m.lines()
+            .find(|l| l.starts_with("llmscaler_reconcile_duration_seconds_count"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = syncs(&world.operators[0].metrics().await?);
+    wait_for("five more syncs", MINUTE, || async {
+        let now = syncs(&world.operators[0].metrics().await?);
+        Ok(if now >= before + 5 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{now} syncs"))
+        })
+    })
+    .await?;
+    let (_, _, deployment_rv_after) = world.deployment_replicas("vllm").await?;
+    assert_eq!(
+        deployment_rv, deployment_rv_after,
+        "the Deployment was written in steady state"
+    );
+    assert_eq!(
+        scaler_rv,
+        world.scaler("chat").await?["metadata"]["resourceVersion"],
+        "the scaler status was written in steady state"
+    );
+    let metrics = world.operators[0].metrics().await?;
+    println!(
+        "writes: replicas {}, status {}, deletion_cost {}",
+        writes_of(&metrics, "replicas"),
+        writes_of(&metrics, "status"),
+        writes_of(&metrics, "deletion_cost")
+    );
+    world.finish().await
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn cache_aware_scale_down_removes_the_lowest_cost_pod() -> anyhow::Result<()> {
+    let mut world = World::new("ctl-cache").await?;
+    world.create_deployment("vllm", 3).await?;
+    world.wait_replicas("vllm", 3, MINUTE).await?;
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), world.namespace());
+    let names: Vec<String> = pods
+        .list(&ListParams::default().labels("app=vllm"))
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    ensure!(names.len() == 3, "pods: {names:?}");
+    // The pod with the coldest cache (lowest value) must go; pick the middle one by name so that
+    // neither newest-first nor the ReplicaSet's own ranking would choose it by accident.
+    let mut sorted = names.clone();
+    sorted.sort();
+    let cold = sorted[1].clone();
+    let cache_samples: Vec<(String, f64)> = sorted
+        .iter()
+        .map(|p| (format!("pod=\"{p}\""), if *p == cold { 1.0 } else { 50.0 }))
+        .collect();
+    let queue = "# TYPE llm_queue gauge\nllm_queue{scaler=\"cache\"} 0.5\n".to_string();
+    let cache: String = cache_samples
+        .iter()
+        .map(|(labels, v)| format!("llm_cache{{{labels}}} {v}\n"))
+        .collect();
+    world
+        .exporter
+        .set(format!("{queue}# TYPE llm_cache gauge\n{cache}"));
+    world
+        .create_scaler(
+            "chat",
+            queue_scaler_spec(
+                &world.prometheus.url(),
+                deployment_ref("vllm"),
+                "cache",
+                (1, 5),
+                json!({"scaleDown": {"deletionCostQuery": "llm_cache"}}),
+            ),
+        )
+        .await?;
+    world.start_operator("cache-0", &[]).await?;
+    // ready 3 x 0.5 / 0.5 = 3: steady. Now 0.3 -> ceil(1.8) = 2.
+    world
+        .wait_condition("chat", "Ready", "True", "", MINUTE)
+        .await?;
+    world.exporter.set(format!(
+        "# TYPE llm_queue gauge\nllm_queue{{scaler=\"cache\"}} 0.3\n# TYPE llm_cache gauge\n{cache}"
+    ));
+    world.wait_replicas("vllm", 2, MINUTE).await?;
+    let left: Vec<(String, Option<String>)> = pods
+        .list(&ListParams::default().labels("app=vllm"))
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            (
+                p.name_any(),
+                p.annotations()
+                    .get("controller.kubernetes.io/pod-deletion-cost")
+                    .cloned(),
+            )
+        })
+        .collect();
+    println!("cold pod {cold}; pods left with their costs: {left:?}");
+    assert!(
+        left.iter().all(|(name, _)| *name != cold),
+        "the cold pod {cold} is still there: {left:?}"
+    );
+    assert!(
+        left.iter().all(|(_, cost)| cost.as_deref() == Some("50")),
+        "{left:?}"
+    );
+    world.finish().await
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn unmeasurable_metrics_and_a_stopped_prometheus_hold_the_fleet() -> anyhow::Result<()> {
+    let mut world = World::new("ctl-hold").await?;
+    world.create_deployment("vllm", 3).await?;
+    world.wait_replicas("vllm", 3, MINUTE).await?;
+    // Unaggregated on purpose, so that two series are possible.
+    let query = "llm_queue{scaler=\"hold\"}";
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"hold\"", 0.5)]);
+    world
+        .create_scaler(
+            "chat",
+            queue_scaler_spec(
+                &world.prometheus.url(),
+                deployment_ref("vllm"),
+                "hold",
+                (1, 10),
+                json!({"metrics": [{"name": "queue", "query": query, "target": "0.5"}]}),
+            ),
+        )
+        .await?;
+    world.start_operator("hold-0", &[]).await?;
+    world
+        .wait_condition("chat", "ScalingActive", "True", "", MINUTE)
+        .await?;
+
+    let cases: [(&str, &[(&str, f64)]); 3] = [
+        ("not measurable", &[("scaler=\"hold\"", f64::NAN)]),
+        (
+            "series",
+            &[
+                ("scaler=\"hold\",pod=\"a\"", 0.1),
+                ("scaler=\"hold\",pod=\"b\"", 0.1),
+            ],
+        ),
+        ("no data", &[("scaler=\"other\"", 0.1)]),
+    ];
+    for (message, samples) in cases {
+        world.exporter.set_gauge("llm_queue", samples);
+        let condition = world
+            .wait_condition("chat", "ScalingActive", "False", message, MINUTE)
+            .await?;
+        println!("hold on {message:?}: {}", condition["message"]);
+        let (spec, _, _) = world.deployment_replicas("vllm").await?;
+        assert_eq!(spec, 3, "the fleet moved while {message}");
+        // Back to a healthy value between cases so each condition flips anew.
+        world
+            .exporter
+            .set_gauge("llm_queue", &[("scaler=\"hold\"", 0.5)]);
+        world
+            .wait_condition("chat", "ScalingActive", "True", "", MINUTE)
+            .await?;
+    }
+
+    world.prometheus.stop();
+    let condition = world
+        .wait_condition("chat", "ScalingActive", "False", "holding at 3", MINUTE)
+        .await?;
+    println!("hold with Prometheus stopped: {}", condition["message"]);
+    let errors_before = world.operators[0].metrics().await?;
+    let count = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("llmscaler_metric_errors_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    let before = count(&errors_before);
+    wait_for("three more failing syncs", MINUTE, || async {
+        let now = count(&world.operators[0].metrics().await?);
+        Ok(if now >= before + 3 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{now} errors"))
+        })
+    })
+    .await?;
+    let (spec, _, _) = world.deployment_replicas("vllm").await?;
+    assert_eq!(spec, 3, "the fleet moved while Prometheus was down");
+    world.finish().await
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn scales_to_zero_and_wakes_then_steps_down_with_the_settle_guard() -> anyhow::Result<()> {
+    let mut world = World::new("ctl-zero").await?;
+    world.create_deployment("vllm", 2).await?;
+    world.create_deployment("big", 5).await?;
+    world.wait_replicas("vllm", 2, MINUTE).await?;
+    world.wait_replicas("big", 5, MINUTE).await?;
+    world.exporter.set_gauge(
+        "llm_queue",
+        &[("scaler=\"zero\"", 0.0), ("scaler=\"step\"", 0.5)],
+    );
+    world
+        .create_scaler(
+            "zero",
+            queue_scaler_spec(
+                &world.prometheus.url(),
+                deployment_ref("vllm"),
+                "zero",
+                (0, 5),
+                json!({}),
+            ),
+        )
+        .await?;
+    world
+        .create_scaler(
+            "step",
+            queue_scaler_spec(
+                &world.prometheus.url(),
+                deployment_ref("big"),
+                "step",
+                (1, 10),
+                json!({"scaleDown": {"maxStepReplicas": 2}}),
+            ),
+        )
+        .await?;
+    world.start_operator("zero-0", &[]).await?;
+
+    // spec 2, value 0, min 0 -> 0.
+    world.wait_replicas("vllm", 0, MINUTE).await?;
+    // spec 0, value 0.85 -> 2 (baseline 1).
+    world.exporter.set_gauge(
+        "llm_queue",
+        &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.0)],
+    );
+    let walk = replica_walk(&world, "vllm", 2, MINUTE).await?;
+    assert_eq!(walk, vec![0, 2]);
+
+    // maxStep 2, spec 5, value 0 -> 3, then 1 once settled; desired shows 1 meanwhile.
+    let walk = replica_walk(&world, "big", 1, MINUTE).await?;
+    println!("step-capped walk: {walk:?}");
+    assert_eq!(walk, vec![5, 3, 1]);
+    let status = world.scaler("step").await?["status"].clone();
+    assert_eq!(status["desiredReplicas"], 1);
+    world.finish().await
+}
