@@ -27,6 +27,9 @@ enum Command {
     Probe(llmscaler::probe::ProbeArgs),
     /// Run the operator: the controller behind a Lease, and the metrics endpoints.
     Run(llmscaler::run::RunArgs),
+    /// Serve the admission webhook alone (no cluster) with a certificate and key from files,
+    /// reloaded when they change.
+    Webhook(llmscaler_webhooks::cli::WebhookArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => run_simulate(&args),
         Command::Probe(args) => llmscaler::probe::run(&args),
         Command::Run(args) => run_operator(args),
+        Command::Webhook(args) => llmscaler_webhooks::cli::run(&args),
     }
 }
 

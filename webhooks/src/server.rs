@@ -148,7 +148,7 @@ pub fn tls_config(resolver: Arc<CertResolver>) -> Result<ServerConfig, Error> {
 }
 
 /// The routes: `POST /validate`, `POST /mutate`, `GET /healthz`. Bodies are read up to
-/// [`MAX_BODY_BYTES`] (413 beyond); every error is a JSON `Status` (see [`crate::review`]).
+/// [`MAX_BODY_BYTES`] (413 beyond, after draining up to [`MAX_DRAIN_BYTES`]); every error is a JSON `Status` (see [`crate::review`]).
 pub fn router() -> Router {
     Router::new()
         .route(VALIDATE_PATH, post(validate))
@@ -169,20 +169,69 @@ async fn admit(endpoint: Endpoint, headers: &HeaderMap, body: Body) -> Response 
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let declared_too_large = headers
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|len| len > MAX_BODY_BYTES as u64);
-    let reply = if declared_too_large {
-        review::too_large()
-    } else {
-        match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-            Ok(bytes) => review::handle(endpoint, content_type, &bytes),
-            Err(_) => review::too_large(),
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_DRAIN_BYTES as u64) {
+        // Too large to be worth reading: answer and close the connection.
+        let mut response = into_response(review::too_large());
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
+    let reply = match read_limited(body).await {
+        BodyRead::Complete(bytes) => review::handle(endpoint, content_type, &bytes),
+        BodyRead::TooLarge { drained: true } => review::too_large(),
+        BodyRead::TooLarge { drained: false } | BodyRead::Broken => {
+            let mut response = into_response(review::too_large());
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
         }
     };
     into_response(reply)
+}
+
+/// Largest body read to its end (and discarded) before answering 413, in bytes (16 MiB), so a
+/// client that sends an oversized body still reads the answer and keeps its connection.
+/// Beyond it the connection is closed.
+pub const MAX_DRAIN_BYTES: usize = 16 * 1024 * 1024;
+
+enum BodyRead {
+    Complete(Vec<u8>),
+    TooLarge { drained: bool },
+    Broken,
+}
+
+/// Reads up to [`MAX_BODY_BYTES`]; past that, keeps reading without storing up to
+/// [`MAX_DRAIN_BYTES`].
+async fn read_limited(mut body: Body) -> BodyRead {
+    use http_body_util::BodyExt;
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return BodyRead::Broken;
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen > MAX_DRAIN_BYTES {
+            return BodyRead::TooLarge { drained: false };
+        }
+        if seen <= MAX_BODY_BYTES {
+            bytes.extend_from_slice(&data);
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        BodyRead::TooLarge { drained: true }
+    } else {
+        BodyRead::Complete(bytes)
+    }
 }
 
 fn into_response(reply: Reply) -> Response {
