@@ -1,10 +1,9 @@
 //! The controller against the local control plane and a real Prometheus (issue 6): every test
 //! runs the real `llmscaler run` binary with a token of the chart's ServiceAccount.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -128,7 +127,17 @@ async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> 
     assert_eq!(ours, Some(json!({"f:spec": {"f:replicas": {}}})));
 
     // Steady state: no write to the Deployment or the scaler over five sync periods, while the
-    // operator keeps syncing (its reconcile histogram keeps counting).
+    // operator keeps syncing (its reconcile histogram keeps counting). First let the status
+    // catch up with the last change (it reports the ready count of the sync after it).
+    wait_for("status.currentReplicas 1", MINUTE, || async {
+        let status = world.scaler("chat").await?["status"].clone();
+        Ok(if status["currentReplicas"] == 1 {
+            Check::Done(())
+        } else {
+            Check::NotYet(status.to_string())
+        })
+    })
+    .await?;
     let scaler_rv = world.scaler("chat").await?["metadata"]["resourceVersion"].clone();
     let (_, _, deployment_rv) = world.deployment_replicas("vllm").await?;
     let syncs = |m: &str| {
@@ -155,7 +164,8 @@ async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> 
     assert_eq!(
         scaler_rv,
         world.scaler("chat").await?["metadata"]["resourceVersion"],
-        "the scaler status was written in steady state"
+        "the scaler status was written in steady state\n{}",
+        world.operator_logs()
     );
     let metrics = world.operators[0].metrics().await?;
     println!(
@@ -373,16 +383,38 @@ async fn scales_to_zero_and_wakes_then_steps_down_with_the_settle_guard() -> any
     // spec 0, value 0.85 -> 2 (baseline 1).
     world.exporter.set_gauge(
         "llm_queue",
-        &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.0)],
+        &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.5)],
     );
     let walk = replica_walk(&world, "vllm", 2, MINUTE).await?;
     assert_eq!(walk, vec![0, 2]);
 
-    // maxStep 2, spec 5, value 0 -> 3, then 1 once settled; desired shows 1 meanwhile.
-    let walk = replica_walk(&world, "big", 1, MINUTE).await?;
+    // maxStep 2, spec 5 all ready, value 0 -> 3 (status desired 1), then 1 once settled.
+    world.wait_replicas("big", 5, MINUTE).await?;
+    world.exporter.set_gauge(
+        "llm_queue",
+        &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.0)],
+    );
+    let mut walk = replica_walk(&world, "big", 3, MINUTE).await?;
+    wait_for(
+        "status.desiredReplicas 1 while the step cap holds 3",
+        MINUTE,
+        || async {
+            let status = world.scaler("step").await?["status"].clone();
+            Ok(if status["desiredReplicas"] == 1 {
+                Check::Done(())
+            } else {
+                Check::NotYet(status.to_string())
+            })
+        },
+    )
+    .await?;
+    walk.extend(
+        replica_walk(&world, "big", 1, MINUTE)
+            .await?
+            .into_iter()
+            .skip(1),
+    );
     println!("step-capped walk: {walk:?}");
     assert_eq!(walk, vec![5, 3, 1]);
-    let status = world.scaler("step").await?["status"].clone();
-    assert_eq!(status["desiredReplicas"], 1);
     world.finish().await
 }

@@ -388,19 +388,20 @@ async fn sync(
         .status
         .as_ref()
         .is_some_and(|s| s.last_scale_time.is_some());
+    // Contested: another manager took spec.replicas from us (an Update or a forced apply of
+    // another value removes our ownership; an apply of the same value only shares it).
     let contested_by = state
         .other_replicas_managers
         .first()
-        .filter(|_| written_before)
+        .filter(|_| written_before && !state.owns_replicas)
         .cloned();
     let changes = decision.replicas != state.spec_replicas;
-    // Claim the field on first contact, and re-assert it against another manager, at most
-    // once per sync period.
-    let reassert = !state.other_replicas_managers.is_empty()
+    // Claim the field on first contact, and re-assert it after a contest, at most once per sync
+    // period.
+    let reassert = !state.owns_replicas
         && ctx.with_memory(&key, |m| {
-            let due = m.last_reassert_ms.is_none_or(|t| {
-                now_ms - t >= i64::try_from(sync_period.as_millis()).unwrap_or(i64::MAX)
-            });
+            let period_ms = i64::try_from(sync_period.as_millis()).unwrap_or(i64::MAX);
+            let due = m.last_reassert_ms.is_none_or(|t| now_ms - t >= period_ms);
             if due {
                 m.last_reassert_ms = Some(now_ms);
             }

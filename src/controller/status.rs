@@ -123,6 +123,7 @@ pub async fn apply_status(
         return Ok(false);
     }
     let name = scaler.metadata.name.clone().unwrap_or_default();
+    tracing::debug!(scaler = %name, before = ?scaler.status, after = ?status, "status changed");
     let body = json!({
         "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
         "kind": "LLMScaler",

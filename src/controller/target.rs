@@ -132,8 +132,12 @@ pub struct TargetState {
     pub ready_replicas: i32,
     /// Deployment only: a rollout is in progress (spec §2 step 7).
     pub rollout_in_progress: bool,
-    /// Field managers other than ours that own `spec.replicas`, from `managedFields`.
+    /// Field managers other than ours that own `spec.replicas`, newest first, from
+    /// `managedFields`.
     pub other_replicas_managers: Vec<String>,
+    /// Whether [`FIELD_MANAGER`] owns `spec.replicas` (alone or shared: an apply of the same
+    /// value by another manager shares ownership, which is no contest).
+    pub owns_replicas: bool,
     /// Whether `kind` is `Deployment` (rollout guard and victim marking apply).
     pub is_deployment: bool,
 }
@@ -199,16 +203,16 @@ pub fn state_of(object: DynamicObject, kind: &str) -> TargetState {
             int(&["status", "replicas"]).map_or(0, clamp),
             int(&["status", "updatedReplicas"]).map_or(0, clamp),
         );
-    let other_replicas_managers = replicas_owners(&object)
-        .into_iter()
-        .filter(|m| m != FIELD_MANAGER)
-        .collect();
+    let owners = replicas_owners(&object);
+    let owns_replicas = owners.iter().any(|m| m == FIELD_MANAGER);
+    let other_replicas_managers = owners.into_iter().filter(|m| m != FIELD_MANAGER).collect();
     TargetState {
         object,
         spec_replicas,
         ready_replicas,
         rollout_in_progress: rollout,
         other_replicas_managers,
+        owns_replicas,
         is_deployment,
     }
 }
