@@ -552,12 +552,14 @@ async fn sync(
                 target_ref.kind, target_ref.name
             ),
         ),
-        None => ConditionSpec::new(
-            condition::REPLICAS_CONTESTED,
-            false,
-            reason::OWNED,
-            "llmscaler is the only field manager of spec.replicas",
-        ),
+        None => recent_contest(scaler, now_ms).unwrap_or_else(|| {
+            ConditionSpec::new(
+                condition::REPLICAS_CONTESTED,
+                false,
+                reason::OWNED,
+                "llmscaler is the only field manager of spec.replicas",
+            )
+        }),
     };
     conditions.extend([ready, active, able, limited, contested]);
 
@@ -569,6 +571,32 @@ async fn sync(
         history: (policy.window_ms > 0).then_some(history),
         requeue: sync_period,
     }
+}
+
+/// How long `ReplicasContested` stays True after the operator re-asserted the field, so that a
+/// contest is visible in `kubectl get`/`describe` and not only for one sync.
+pub const CONTEST_MEMORY: Duration = Duration::from_secs(300);
+
+/// The previous `ReplicasContested=True` condition, kept while it is younger than
+/// [`CONTEST_MEMORY`].
+fn recent_contest(scaler: &LLMScaler, now_ms: i64) -> Option<ConditionSpec> {
+    let previous = scaler
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == condition::REPLICAS_CONTESTED && c.status == "True")?;
+    let age_ms = now_ms - previous.last_transition_time.0.as_millisecond();
+    let memory_ms = i64::try_from(CONTEST_MEMORY.as_millis()).unwrap_or(i64::MAX);
+    (age_ms < memory_ms).then(|| {
+        ConditionSpec::new(
+            condition::REPLICAS_CONTESTED,
+            true,
+            reason::OTHER_FIELD_MANAGER,
+            previous.message.clone(),
+        )
+    })
 }
 
 fn error_list(errors: &[(String, &crate::metrics::MetricError)]) -> String {
