@@ -21,6 +21,25 @@
 //!   certificate is reissued from it, and the old CA stays in the bundle as `previous` until it
 //!   expires, so replicas still serving the old certificate keep working.
 //!
+//! # Wiring (what `llmscaler run` does)
+//! ```text
+//! let resolver = llmscaler_webhooks::server::CertResolver::new();
+//! let first = llmscaler_certs::ensure(&client, &cfg).await?;          // Secret + caBundle
+//! resolver.set_pem(first.cert_chain_pem.as_bytes(), first.key_pem.as_bytes())?;
+//! let feed = resolver.clone();
+//! tokio::spawn(llmscaler_certs::maintain(client.clone(), cfg, move |p| {
+//!     if let Err(e) = feed.set_pem(p.cert_chain_pem.as_bytes(), p.key_pem.as_bytes()) {
+//!         tracing::warn!(error = %e, "new serving certificate not loaded");
+//!     }
+//! }));
+//! llmscaler_webhooks::server::serve(listener, resolver, shutdown).await?;
+//! ```
+//!
+//! # Permissions
+//! `get`, `create`, `update` on Secrets in the operator's namespace (the one named
+//! [`CertConfig::secret_name`]); `get` and `patch` on the two webhook configurations
+//! (cluster-scoped, `admissionregistration.k8s.io`).
+//!
 //! # Secret layout (`Opaque`)
 //! [`CA_CERT`], [`CA_KEY`], [`TLS_CERT`], [`TLS_KEY`], [`CA_BUNDLE`] always; [`NEXT_CA_CERT`] and
 //! [`NEXT_CA_KEY`] during a CA switch; [`PREVIOUS_CA_CERT`] after it. All PEM.

@@ -82,6 +82,7 @@ async fn serve(args: &WebhookArgs) -> Result<(), Error> {
         args.tls_cert_file.clone(),
         args.tls_key_file.clone(),
         Duration::from_millis(args.cert_reload_interval_ms.max(10)),
+        Some((cert, key)),
     ));
     let result = server::serve(listener, resolver, shutdown_signal()).await;
     watcher.abort();

@@ -280,17 +280,19 @@ pub async fn serve(
 }
 
 /// Reloads `resolver` from a certificate file and a key file whenever their contents change,
-/// checking every `interval`, forever (abort the task to stop). A pair that does not load (a
-/// file half-written, a key from another certificate) is logged once and retried at the next
-/// check, while the certificate in use stays. Suits Secret volumes, whose files are swapped
-/// atomically by the kubelet.
+/// checking every `interval`, forever (abort the task to stop). `loaded` is the (certificate,
+/// key) pair the resolver already serves, if any, so it is not loaded twice. A pair that does
+/// not load (a file half-written, a key from another certificate) is logged once and retried
+/// at the next check, while the certificate in use stays. Suits Secret volumes, whose files
+/// are swapped atomically by the kubelet.
 pub async fn watch_files(
     resolver: Arc<CertResolver>,
     cert_file: PathBuf,
     key_file: PathBuf,
     interval: Duration,
+    loaded: Option<(Vec<u8>, Vec<u8>)>,
 ) {
-    let mut loaded: Option<(Vec<u8>, Vec<u8>)> = None;
+    let mut loaded = loaded;
     let mut failed: Option<(Vec<u8>, Vec<u8>)> = None;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
