@@ -1,7 +1,8 @@
-//! The admission webhook against the real API server (issue 5): webhook configurations reach
-//! the webhook on loopback through `clientConfig.url`, the certificates come from
-//! `llmscaler_certs::maintain` (CA and serving certificate in a Secret, `caBundle` injected by
-//! server-side apply), and `kubectl apply` shows what a user sees.
+//! The admission webhook against the real API server (issue 5), run the way `llmscaler run`
+//! runs it (`llmscaler_webhooks::managed::run`): webhook configurations reach the webhook on
+//! loopback through `clientConfig.url`, the certificates come from `llmscaler_certs` (CA and
+//! serving certificate in a Secret, `caBundle` injected by server-side apply), and
+//! `kubectl apply` shows what a user sees.
 //!
 //! Run with `./e2e/test`, or: `e2e/cluster up && eval "$(e2e/cluster env)" &&
 //! cargo test -p llmscaler-e2e --test webhook -- --ignored --nocapture`.
@@ -18,7 +19,8 @@ use kube::core::ApiResource;
 use llmscaler_certs::CertConfig;
 use llmscaler_e2e::fixture::install_crd;
 use llmscaler_e2e::{Check, TestNamespace, client, kubectl_path, unique_name, wait_for};
-use llmscaler_webhooks::server::{self, CertResolver};
+use llmscaler_webhooks::managed::{self, ManagedArgs};
+use llmscaler_webhooks::server;
 use serde_json::{Value, json};
 
 const SECRET: &str = "llmscaler-webhook-certs";
@@ -163,8 +165,7 @@ async fn webhook_validates_defaults_and_recovers_its_certificates() -> anyhow::R
     let ns = TestNamespace::create(&client, "webhook").await?;
     let namespace = ns.name().to_string();
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
+    let port = llmscaler_e2e::free_port()?;
     let configurations = Configurations {
         validating: unique_name("llmscaler-validate"),
         mutating: unique_name("llmscaler-mutate"),
@@ -185,28 +186,27 @@ async fn webhook_validates_defaults_and_recovers_its_certificates() -> anyhow::R
             .map_err(|stderr| anyhow::anyhow!("creating {kind}: {stderr}"))?;
     }
 
-    let mut cfg = CertConfig::new(namespace.clone(), SECRET, SERVICE);
-    cfg.extra_sans = vec!["127.0.0.1".to_string()];
-    cfg.validating_webhook_configuration = Some(configurations.validating.clone());
-    cfg.mutating_webhook_configuration = Some(configurations.mutating.clone());
-    cfg.check_interval = Duration::from_secs(2);
-
-    let resolver = CertResolver::new();
-    let feed = resolver.clone();
-    let certs = tokio::spawn(llmscaler_certs::maintain(
-        client.clone(),
-        cfg.clone(),
-        move |pems| {
-            if let Err(err) = feed.set_pem(pems.cert_chain_pem.as_bytes(), pems.key_pem.as_bytes())
-            {
-                eprintln!("serving certificate not loaded: {err}");
-            }
-        },
-    ));
+    // The operator's flags, as the chart would set them for a webhook reached by URL.
+    let args = ManagedArgs {
+        webhook_listen: format!("127.0.0.1:{port}").parse()?,
+        webhook_secret_name: SECRET.to_string(),
+        webhook_service_name: SERVICE.to_string(),
+        webhook_extra_sans: vec!["127.0.0.1".to_string()],
+        validating_webhook_configuration: Some(configurations.validating.clone()),
+        mutating_webhook_configuration: Some(configurations.mutating.clone()),
+        webhook_cert_check_seconds: 2,
+    };
+    let cfg = args.cert_config(&namespace);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server::serve(listener, resolver.clone(), async {
-        let _ = stopped.await;
-    }));
+    let serving = tokio::spawn({
+        let (client, namespace, args) = (client.clone(), namespace.clone(), args.clone());
+        async move {
+            managed::run(client, &namespace, &args, async {
+                let _ = stopped.await;
+            })
+            .await
+        }
+    });
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let first_ca = wait_for("the Secret and an injected caBundle", TIMEOUT, || {
@@ -331,8 +331,7 @@ async fn webhook_validates_defaults_and_recovers_its_certificates() -> anyhow::R
     ensure!(secret_text(&stored, llmscaler_certs::CA_CERT) == a.ca_cert_pem);
 
     let _ = stop.send(());
-    certs.abort();
-    let _ = serving.await;
+    serving.await??;
     drop(configurations);
     ns.delete().await
 }

@@ -11,11 +11,14 @@
 //! - [`server`]: the axum router (`POST /validate`, `POST /mutate`, `GET /healthz`), rustls
 //!   (TLS 1.2 and 1.3) with a certificate that can be swapped while serving
 //!   ([`server::CertResolver`]), and a poller that reloads it from files.
+//! - [`managed`]: the webhook as `llmscaler run` serves it, with certificates from
+//!   `llmscaler-certs` kept in a Secret and swapped in as they rotate ([`managed::run`]).
 //! - [`cli`]: `llmscaler webhook --listen ADDR --tls-cert-file F --tls-key-file F`, the server
 //!   alone with no cluster.
 
 pub mod admission;
 pub mod cli;
+pub mod managed;
 pub mod review;
 pub mod server;
 
@@ -54,6 +57,9 @@ pub enum Error {
     /// rustls refused the server configuration (no crypto provider installed, for one).
     #[error("TLS configuration: {0}")]
     Tls(#[source] rustls::Error),
+    /// The certificates could not be read from or written to their Secret.
+    #[error("webhook certificates: {0}")]
+    Certs(#[source] llmscaler_certs::Error),
     /// Binding or serving the listen address failed.
     #[error("serving on {addr}: {source}")]
     Serve {

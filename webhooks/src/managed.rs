@@ -1,0 +1,100 @@
+//! The webhook as the operator runs it (`llmscaler run`): certificates from
+//! `llmscaler-certs` (CA and serving certificate in a Secret, rotated, `caBundle` injected),
+//! fed into the server's [`CertResolver`] as they change. One call: [`run`].
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use llmscaler_certs::CertConfig;
+
+use crate::Error;
+use crate::server::{self, CertResolver};
+
+/// Default name of the Secret holding the webhook's CA and serving certificate.
+pub const DEFAULT_SECRET_NAME: &str = "llmscaler-webhook-certs";
+/// Default name of the webhook Service (the serving certificate's DNS names derive from it).
+pub const DEFAULT_SERVICE_NAME: &str = "llmscaler-webhook";
+
+/// Command-line flags of the managed webhook, meant to be `#[command(flatten)]`ed into the
+/// operator's `run` arguments.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct ManagedArgs {
+    /// Address the admission webhook listens on (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub webhook_listen: SocketAddr,
+    /// Secret (in the operator's namespace) holding the webhook CA and serving certificate.
+    #[arg(long, default_value = DEFAULT_SECRET_NAME)]
+    pub webhook_secret_name: String,
+    /// Service in front of the webhook; the certificate is valid for its cluster DNS names.
+    #[arg(long, default_value = DEFAULT_SERVICE_NAME)]
+    pub webhook_service_name: String,
+    /// More names for the serving certificate (DNS name or IP, e.g. 127.0.0.1 when the API
+    /// server calls the webhook by URL). Repeatable.
+    #[arg(long = "webhook-extra-san")]
+    pub webhook_extra_sans: Vec<String>,
+    /// ValidatingWebhookConfiguration whose caBundle the operator maintains.
+    #[arg(long)]
+    pub validating_webhook_configuration: Option<String>,
+    /// MutatingWebhookConfiguration whose caBundle the operator maintains.
+    #[arg(long)]
+    pub mutating_webhook_configuration: Option<String>,
+    /// Seconds between two checks of the Secret and the caBundles.
+    #[arg(long, default_value_t = 10)]
+    pub webhook_cert_check_seconds: u64,
+}
+
+impl ManagedArgs {
+    /// The certificate configuration for an operator running in `namespace`.
+    pub fn cert_config(&self, namespace: &str) -> CertConfig {
+        let mut cfg = CertConfig::new(
+            namespace,
+            &self.webhook_secret_name,
+            &self.webhook_service_name,
+        );
+        cfg.extra_sans = self.webhook_extra_sans.clone();
+        cfg.validating_webhook_configuration = self.validating_webhook_configuration.clone();
+        cfg.mutating_webhook_configuration = self.mutating_webhook_configuration.clone();
+        cfg.check_interval = Duration::from_secs(self.webhook_cert_check_seconds.max(1));
+        cfg
+    }
+}
+
+/// Runs the admission webhook of an operator in `namespace` until `shutdown` completes:
+/// brings the Secret up to date (creating the CA and serving certificate if absent), binds
+/// [`ManagedArgs::webhook_listen`], serves with the Secret's certificate, and keeps running
+/// `llmscaler_certs::maintain` beside the server, which rotates the certificates, re-injects
+/// the `caBundle`, and swaps the served certificate without a restart.
+///
+/// # Errors
+/// [`Error::Certs`] when the Secret cannot be read or written at start, [`Error::Serve`] when
+/// the address cannot be bound or serving fails, and the certificate errors of
+/// [`CertResolver::set_pem`].
+pub async fn run(
+    client: kube::Client,
+    namespace: &str,
+    args: &ManagedArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let cfg = args.cert_config(namespace);
+    let state = llmscaler_certs::sync_secret(&client, &cfg, time::OffsetDateTime::now_utc())
+        .await
+        .map_err(Error::Certs)?;
+    let resolver = CertResolver::new();
+    resolver.set_pem(state.tls_cert_pem.as_bytes(), state.tls_key_pem.as_bytes())?;
+    let listener =
+        std::net::TcpListener::bind(args.webhook_listen).map_err(|source| Error::Serve {
+            addr: args.webhook_listen.to_string(),
+            source,
+        })?;
+    tracing::info!(addr = %args.webhook_listen, "serving the admission webhook");
+    let feed = resolver.clone();
+    let certs = tokio::spawn(llmscaler_certs::maintain(client, cfg, move |pems| {
+        if let Err(err) = feed.set_pem(pems.cert_chain_pem.as_bytes(), pems.key_pem.as_bytes()) {
+            tracing::warn!(error = %err, "new serving certificate not loaded; keeping the old one");
+        }
+    }));
+    let result = server::serve(listener, resolver, shutdown).await;
+    certs.abort();
+    result
+}
