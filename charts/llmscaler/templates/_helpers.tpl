@@ -18,3 +18,33 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- define "llmscaler.selectorLabels" -}}
+app.kubernetes.io/name: llmscaler
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Names of the webhook configurations and the certificate Secret. */}}
+{{- define "llmscaler.webhookName" -}}
+{{- include "llmscaler.fullname" . -}}
+{{- end -}}
+
+{{- define "llmscaler.certSecretName" -}}
+{{- default (printf "%s-webhook-tls" (include "llmscaler.fullname" .)) .Values.webhook.certSecretName -}}
+{{- end -}}
+
+{{/* clientConfig of a webhook: the Service, or a URL when the operator runs outside. */}}
+{{- define "llmscaler.clientConfig" -}}
+{{- if .root.Values.outOfCluster.enabled }}
+{{- if not .root.Values.outOfCluster.url }}
+{{- fail "outOfCluster.url is required when outOfCluster.enabled is true" }}
+{{- end }}
+url: {{ printf "%s%s" (trimSuffix "/" .root.Values.outOfCluster.url) .path | quote }}
+{{- else }}
+service:
+  name: {{ include "llmscaler.fullname" .root }}
+  namespace: {{ .root.Release.Namespace }}
+  path: {{ .path | quote }}
+  port: 443
+{{- end }}
+{{- end -}}

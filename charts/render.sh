@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Renders the chart in its two modes into charts/rendered/ (checked in; e2e/tests/chart.rs fails
+# when they drift). Usage: charts/render.sh [HELM]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+helm="${1:-${LLMSCALER_HELM:-helm}}"
+"$helm" template llmscaler ./llmscaler --namespace llmscaler-system > rendered/default.yaml
+"$helm" template llmscaler ./llmscaler --namespace llmscaler-system \
+  --set outOfCluster.enabled=true --set outOfCluster.url=https://127.0.0.1:9443 \
+  --set webhook.failurePolicy=Ignore > rendered/out-of-cluster.yaml
