@@ -17,17 +17,20 @@ pub const DEFAULT_SECRET_NAME: &str = "llmscaler-webhook-certs";
 pub const DEFAULT_SERVICE_NAME: &str = "llmscaler-webhook";
 
 /// Command-line flags of the managed webhook, meant to be `#[command(flatten)]`ed into the
-/// operator's `run` arguments.
+/// operator's `run` arguments: `--webhook-listen`, `--cert-secret`, `--webhook-service`,
+/// `--webhook-extra-san` (repeatable), `--validating-webhook-configuration`,
+/// `--mutating-webhook-configuration`, `--webhook-cert-check-seconds` (the names the chart
+/// passes).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ManagedArgs {
     /// Address the admission webhook listens on (HTTPS).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub webhook_listen: SocketAddr,
     /// Secret (in the operator's namespace) holding the webhook CA and serving certificate.
-    #[arg(long, default_value = DEFAULT_SECRET_NAME)]
+    #[arg(long = "cert-secret", default_value = DEFAULT_SECRET_NAME)]
     pub webhook_secret_name: String,
     /// Service in front of the webhook; the certificate is valid for its cluster DNS names.
-    #[arg(long, default_value = DEFAULT_SERVICE_NAME)]
+    #[arg(long = "webhook-service", default_value = DEFAULT_SERVICE_NAME)]
     pub webhook_service_name: String,
     /// More names for the serving certificate (DNS name or IP, e.g. 127.0.0.1 when the API
     /// server calls the webhook by URL). Repeatable.
@@ -97,4 +100,53 @@ pub async fn run(
     let result = server::serve(listener, resolver, shutdown).await;
     certs.abort();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ManagedArgs,
+    }
+
+    #[test]
+    fn flags_the_chart_passes_parse_into_a_cert_config() {
+        let cli = Cli::try_parse_from([
+            "llmscaler",
+            "--webhook-listen=0.0.0.0:9443",
+            "--webhook-service=llmscaler",
+            "--cert-secret=llmscaler-webhook-tls",
+            "--validating-webhook-configuration=llmscaler",
+            "--mutating-webhook-configuration=llmscaler",
+            "--webhook-extra-san=127.0.0.1",
+            "--webhook-extra-san=localhost",
+        ])
+        .expect("parses");
+        let cfg = cli.args.cert_config("ops");
+        assert_eq!(cfg.namespace, "ops");
+        assert_eq!(cfg.secret_name, "llmscaler-webhook-tls");
+        assert_eq!(cfg.service_name, "llmscaler");
+        assert_eq!(cfg.extra_sans, vec!["127.0.0.1", "localhost"]);
+        assert_eq!(
+            cfg.validating_webhook_configuration.as_deref(),
+            Some("llmscaler")
+        );
+        assert_eq!(cfg.check_interval, Duration::from_secs(10));
+        assert!(
+            cfg.subject_alt_names()
+                .contains(&"llmscaler.ops.svc".to_string())
+        );
+    }
+
+    #[test]
+    fn defaults_need_no_flags() {
+        let cli = Cli::try_parse_from(["llmscaler"]).expect("parses");
+        assert_eq!(cli.args.webhook_secret_name, DEFAULT_SECRET_NAME);
+        assert_eq!(cli.args.webhook_service_name, DEFAULT_SERVICE_NAME);
+        assert_eq!(cli.args.validating_webhook_configuration, None);
+    }
 }
