@@ -398,7 +398,9 @@ async fn sync(
     let changes = decision.replicas != state.spec_replicas;
     // Claim the field on first contact, and re-assert it after a contest, at most once per sync
     // period.
+    // Holding (nothing measurable) asserts nothing.
     let reassert = !state.owns_replicas
+        && decision.recommendation.is_some()
         && ctx.with_memory(&key, |m| {
             let period_ms = i64::try_from(sync_period.as_millis()).unwrap_or(i64::MAX);
             let due = m.last_reassert_ms.is_none_or(|t| now_ms - t >= period_ms);
