@@ -38,6 +38,9 @@ pub struct RunArgs {
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// The admission webhook and its certificates (ignored with `--no-webhook`).
+    #[command(flatten)]
+    pub webhook: llmscaler_webhooks::managed::ManagedArgs,
 }
 
 /// Why the operator stopped with an error.
@@ -55,6 +58,9 @@ pub enum RunError {
     /// Leader election failed to start.
     #[error("leader election: {0}")]
     Lease(#[source] kube_lease_manager::LeaseManagerError),
+    /// The admission webhook failed (certificates or serving).
+    #[error("admission webhook: {0}")]
+    Webhook(#[source] llmscaler_webhooks::Error),
 }
 
 /// Runs the operator until SIGTERM / Ctrl-C.
@@ -86,11 +92,20 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             tracing::error!(error = %err, "metrics server failed");
         }
     });
-    if !args.no_webhook {
-        tracing::warn!(
-            "the admission webhook is not wired into `run` yet; serve it with `llmscaler webhook`"
-        );
-    }
+    // The webhook serves on every replica, leader or not, until shutdown.
+    let webhook = if args.no_webhook {
+        None
+    } else {
+        let mut stop = stop_rx.clone();
+        let (client, namespace, webhook_args) =
+            (client.clone(), args.namespace.clone(), args.webhook.clone());
+        Some(tokio::spawn(async move {
+            llmscaler_webhooks::managed::run(client, &namespace, &webhook_args, async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            })
+            .await
+        }))
+    };
     telemetry.set_ready(true);
 
     let ctx = Arc::new(Context::new(
@@ -165,7 +180,16 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     let _ = stop_tx.send(true);
     let _ = http.await;
-    Ok(())
+    match webhook {
+        Some(task) => match task.await {
+            Ok(result) => result.map_err(RunError::Webhook),
+            Err(err) => {
+                tracing::warn!(error = %err, "webhook task failed");
+                Ok(())
+            }
+        },
+        None => Ok(()),
+    }
 }
 
 fn default_identity() -> String {

@@ -153,8 +153,9 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts `llmscaler run --no-webhook` with `kubeconfig`, its Lease in `namespace`, watching
-    /// LLMScalers of `namespace` only, plus `extra` flags; waits for `/readyz`.
+    /// Starts `llmscaler run` with `kubeconfig`, its Lease in `namespace`, watching LLMScalers
+    /// of `namespace` only, plus `extra` flags (`--no-webhook` unless one of them is a
+    /// `--webhook-*` flag); waits for `/readyz`.
     ///
     /// # Errors
     /// When the binary is missing, exits, or is not ready within 30 s (with its log).
@@ -177,12 +178,13 @@ impl Operator {
         let child = Command::new(&bin)
             .args([
                 "run",
-                "--no-webhook",
                 "--namespace",
                 namespace,
                 "--watch-namespace",
                 namespace,
             ])
+            // The webhook runs only when the test asks for it with `--webhook-*` flags.
+            .args((!extra.iter().any(|a| a.starts_with("--webhook"))).then_some("--no-webhook"))
             .args([
                 "--metrics-addr",
                 &metrics_addr.to_string(),

@@ -223,3 +223,155 @@ async fn helm_upgrade_with_replicas_reports_the_conflict_and_the_operator_value_
     helm(&["uninstall", "inference", "--wait=false"])?;
     world.finish().await
 }
+
+/// The caBundles of the validating and mutating configurations named `name`.
+fn ca_bundles(name: &str) -> anyhow::Result<Vec<String>> {
+    let mut bundles = Vec::new();
+    for kind in [
+        "validatingwebhookconfiguration",
+        "mutatingwebhookconfiguration",
+    ] {
+        let out = run_command(
+            &llmscaler_e2e::kubectl_path(),
+            &[
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.webhooks[*].clientConfig.caBundle}",
+            ],
+            None,
+        )?;
+        bundles.push(out);
+    }
+    Ok(bundles)
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn helm_upgrade_twice_keeps_the_ca_bundle_and_admission_never_fails() -> anyhow::Result<()> {
+    let mut world = World::new("gitops-upgrade").await?;
+    let ns = world.namespace().to_string();
+    let port = llmscaler_e2e::free_port()?;
+    let release = ns.clone();
+    let name = format!("{release}-llmscaler");
+    let chart = llmscaler_e2e::operator::chart_dir();
+    let chart = chart.to_str().unwrap_or_default().to_string();
+    let selector =
+        format!("webhook.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name={ns}");
+    let url = format!("outOfCluster.url=https://127.0.0.1:{port}");
+    let helm = |extra: &[&str]| {
+        let mut args = vec![
+            "upgrade",
+            "--install",
+            release.as_str(),
+            chart.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--set",
+            "outOfCluster.enabled=true",
+            "--set",
+            url.as_str(),
+            "--set",
+            selector.as_str(),
+            "--set",
+            "rbac.create=false",
+            "--set",
+            "serviceAccount.create=false",
+        ];
+        args.extend_from_slice(extra);
+        run_command(&helm_path(), &args, None)
+    };
+    helm(&[])?;
+    let listen = format!("--webhook-listen=127.0.0.1:{port}");
+    let configuration = format!("--validating-webhook-configuration={name}");
+    let mutating = format!("--mutating-webhook-configuration={name}");
+    world
+        .start_operator(
+            "upgrade-0",
+            &[
+                &listen,
+                "--webhook-extra-san=127.0.0.1",
+                &configuration,
+                &mutating,
+                "--webhook-cert-check-seconds=1",
+            ],
+        )
+        .await?;
+    let injected = llmscaler_e2e::wait_for("caBundle injected", MINUTE, || async {
+        let bundles = ca_bundles(&name)?;
+        Ok(if bundles.iter().all(|b| !b.is_empty()) {
+            llmscaler_e2e::Check::Done(bundles)
+        } else {
+            llmscaler_e2e::Check::NotYet(format!("{bundles:?}"))
+        })
+    })
+    .await?;
+
+    // A stream of admissions (server-side dry runs go through both webhooks) during two upgrades.
+    let valid = json!({"apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": {"name": "probe", "namespace": ns},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                 "serverAddress": "http://127.0.0.1:9090", "minReplicas": 1, "maxReplicas": 2,
+                 "metrics": [{"query": "avg(q)", "target": "1"}]}})
+    .to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stream = {
+        let stop = stop.clone();
+        tokio::task::spawn_blocking(move || {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                match run_command(
+                    &llmscaler_e2e::kubectl_path(),
+                    &["apply", "--dry-run=server", "-f", "-"],
+                    Some(&valid),
+                ) {
+                    Ok(_) => ok += 1,
+                    Err(err) => failed.push(err.to_string()),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    for timeout in ["5", "7"] {
+        helm(&["--set", &format!("webhook.timeoutSeconds={timeout}")])?;
+        let bundles = ca_bundles(&name)?;
+        ensure!(
+            bundles == injected,
+            "caBundle changed by helm upgrade: {bundles:?} vs {injected:?}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failed) = stream.await?;
+    println!(
+        "admissions during two helm upgrades: {ok} ok, {} failed",
+        failed.len()
+    );
+    ensure!(failed.is_empty(), "admission failed: {failed:?}");
+    ensure!(ok > 0, "no admission went through");
+    // An invalid spec is still refused with its field path.
+    let mut invalid: serde_json::Value = serde_json::from_str(&valid_spec_with_target(&ns, "80%"))?;
+    invalid["metadata"]["name"] = json!("bad");
+    let err = run_command(
+        &llmscaler_e2e::kubectl_path(),
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&invalid.to_string()),
+    )
+    .expect_err("80% must be refused");
+    ensure!(err.to_string().contains("spec.metrics[0].target"), "{err}");
+    run_command(
+        &helm_path(),
+        &["uninstall", &release, "--namespace", &ns],
+        None,
+    )?;
+    world.finish().await
+}
+
+fn valid_spec_with_target(ns: &str, target: &str) -> String {
+    json!({"apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": {"name": "probe", "namespace": ns},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                 "serverAddress": "http://127.0.0.1:9090", "minReplicas": 1, "maxReplicas": 2,
+                 "metrics": [{"query": "avg(q)", "target": target}]}})
+    .to_string()
+}
