@@ -175,3 +175,68 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
     assert_eq!(webhook["webhooks"][0]["failurePolicy"], "Ignore");
     Ok(())
 }
+
+#[test]
+#[ignore = "needs e2e/cluster up"]
+fn kubectl_explains_the_crd_and_prints_its_columns() -> anyhow::Result<()> {
+    let kubectl = llmscaler_e2e::kubectl_path();
+    llmscaler_e2e::fixture::install_crd()?;
+    let explain = run_command(&kubectl, &["explain", "llmscaler.spec.scaleDown"], None)?;
+    println!("{explain}");
+    for needle in [
+        "stabilizationWindowSeconds",
+        "maxStepReplicas",
+        "deletionCostQuery",
+        "Seconds of recommendations whose maximum is used when scaling down",
+    ] {
+        assert!(
+            explain.contains(needle),
+            "kubectl explain lacks {needle:?}:\n{explain}"
+        );
+    }
+    let ns = llmscaler_e2e::unique_name("crd-columns");
+    run_command(&kubectl, &["create", "namespace", &ns], None)?;
+    let scaler = serde_json::json!({"apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": {"name": "chat", "namespace": ns},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                 "serverAddress": "http://127.0.0.1:9090", "minReplicas": 1, "maxReplicas": 4,
+                 "metrics": [{"query": "avg(q)", "target": "1"}]}});
+    let applied = run_command(&kubectl, &["apply", "-f", "-"], Some(&scaler.to_string()));
+    let table = run_command(&kubectl, &["get", "llmscalers", "-n", &ns], None);
+    run_command(
+        &kubectl,
+        &["delete", "namespace", &ns, "--wait=false"],
+        None,
+    )?;
+    applied?;
+    let table = table?;
+    println!("{table}");
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "MINREPLICAS",
+            "MAXREPLICAS",
+            "CURRENTREPLICAS",
+            "DESIREDREPLICAS",
+            "READY",
+            "AGE"
+        ]
+    );
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.starts_with("chat")
+                && row.contains(" 1 ")
+                && row.contains(" 4 ")),
+        "{table}"
+    );
+    Ok(())
+}
