@@ -31,7 +31,9 @@ use crate::engine::{self, Action as ScaleAction, Decision, Limit, Policy, Reason
 use crate::metrics::{MetricSource, MetricsClient, Readings};
 use crate::telemetry::{ErrorLabels, MetricLabels, Metrics, ScalerLabels};
 use names::{condition, reason};
-use status::{ConditionSpec, history_from_status, history_to_status, merge_conditions};
+use status::{
+    ConditionSpec, history_from_status, history_to_persist, merge_conditions, refresh_interval_ms,
+};
 use target::{Resolver, TargetError, TargetState};
 
 /// Source of the current time, injectable so windows are testable without sleeping.
@@ -73,6 +75,9 @@ struct Memory {
     last_reassert_ms: Option<i64>,
     /// `deletionCostQuery` under Custom was logged once.
     warned_cost_query: bool,
+    /// The stabilization history while this process leads (status holds a copy refreshed at
+    /// least every [`refresh_interval_ms`]).
+    history: Option<engine::History>,
 }
 
 /// Shared state of every reconcile.
@@ -134,6 +139,11 @@ pub async fn run(
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    // A new leadership term starts from what status says, not from an older term's memory.
+    ctx.memory
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clear();
     let api: Api<LLMScaler> = match &namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
@@ -170,7 +180,8 @@ struct Outcome {
     desired_replicas: Option<i32>,
     wrote_replicas: Option<(i32, i32)>,
     conditions: Vec<ConditionSpec>,
-    history: Option<engine::History>,
+    /// The stabilization history and its refresh interval (ms), when a window is set.
+    history: Option<(engine::History, i64)>,
     requeue: Duration,
 }
 
@@ -202,7 +213,9 @@ async fn reconcile(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, 
             previous.last_scale_time.clone()
         },
         recommendations: match &outcome.history {
-            Some(history) => history_to_status(history),
+            Some((history, refresh_ms)) => {
+                history_to_persist(previous.recommendations.as_ref(), history, *refresh_ms)
+            }
             None => previous.recommendations.clone(),
         },
         conditions: Some(conditions),
@@ -371,8 +384,15 @@ async fn sync(
     record_readings(ctx, spec, namespace, name, &readings);
 
     let now_ms = ctx.clock.now().as_millisecond();
-    let mut history = history_from_status(scaler.status.as_ref());
     let policy = Policy::from_spec(spec);
+    let key = memory_key(scaler);
+    let sync_ms = i64::try_from(sync_period.as_millis()).unwrap_or(i64::MAX);
+    let refresh_ms = refresh_interval_ms(policy.window_ms, sync_ms);
+    // While leading, the history lives in memory; after a restart or a leader change it comes
+    // back from status, shifted later by the refresh interval (never an early scale-down).
+    let mut history = ctx
+        .with_memory(&key, |m| m.history.take())
+        .unwrap_or_else(|| history_from_status(scaler.status.as_ref(), refresh_ms));
     let observed = state.observation();
     let decision = engine::decide(
         &policy,
@@ -382,8 +402,10 @@ async fn sync(
         now_ms,
     );
     record_decision(ctx, namespace, name, &state, &decision);
+    if policy.window_ms > 0 {
+        ctx.with_memory(&key, |m| m.history = Some(history.clone()));
+    }
 
-    let key = (namespace.to_string(), name.to_string());
     let written_before = scaler
         .status
         .as_ref()
@@ -438,7 +460,14 @@ async fn sync(
     let mut wrote_replicas = None;
     if changes || reassert {
         let marked = if decision.replicas < state.spec_replicas {
-            mark_victims(ctx, spec, namespace, name, &state, decision.replicas).await
+            mark_victims(
+                ctx,
+                spec,
+                (namespace, name, &key),
+                &state,
+                decision.replicas,
+            )
+            .await
         } else {
             Ok(())
         };
@@ -570,7 +599,7 @@ async fn sync(
         desired_replicas: Some(decision.desired),
         wrote_replicas,
         conditions,
-        history: (policy.window_ms > 0).then_some(history),
+        history: (policy.window_ms > 0).then_some((history, refresh_ms)),
         requeue: sync_period,
     }
 }
@@ -599,6 +628,18 @@ fn recent_contest(scaler: &LLMScaler, now_ms: i64) -> Option<ConditionSpec> {
             previous.message.clone(),
         )
     })
+}
+
+/// The in-memory key of a scaler: namespace and uid (a re-created scaler starts afresh).
+fn memory_key(scaler: &LLMScaler) -> (String, String) {
+    (
+        scaler.namespace().unwrap_or_default(),
+        scaler
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| scaler.name_any()),
+    )
 }
 
 fn error_list(errors: &[(String, &crate::metrics::MetricError)]) -> String {
@@ -699,8 +740,7 @@ fn record_decision(
 async fn mark_victims(
     ctx: &Context,
     spec: &LLMScalerSpec,
-    namespace: &str,
-    name: &str,
+    (namespace, name, key): (&str, &str, &(String, String)),
     state: &TargetState,
     new_replicas: i32,
 ) -> Result<(), String> {
@@ -734,9 +774,8 @@ async fn mark_victims(
             }
         }
         (Some(_), MetricProvider::Custom) => {
-            let key = (namespace.to_string(), name.to_string());
-            if ctx.with_memory(&key, |m| !std::mem::replace(&mut m.warned_cost_query, true)) {
-                tracing::info!(scaler = %key.1, "deletionCostQuery is ignored under the Custom provider; newest pods go first");
+            if ctx.with_memory(key, |m| !std::mem::replace(&mut m.warned_cost_query, true)) {
+                tracing::info!(scaler = %format!("{namespace}/{name}"), "deletionCostQuery is ignored under the Custom provider; newest pods go first");
             }
             None
         }

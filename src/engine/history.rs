@@ -38,8 +38,9 @@ impl History {
     /// more than [`MAX_RECORDS`] remain, the smallest are merged away: the maximum is kept.
     pub fn record(&mut self, now_ms: i64, replicas: i32, window_ms: i64) -> i32 {
         let cutoff = now_ms.saturating_sub(window_ms);
-        self.records
-            .retain(|r| r.at_ms > cutoff && r.at_ms <= now_ms);
+        // Records stamped later than `now` (restored with a safety shift, or written by a node
+        // whose clock runs ahead) are kept: they make the window last longer, never shorter.
+        self.records.retain(|r| r.at_ms > cutoff);
         self.records.push(Record {
             at_ms: now_ms,
             replicas,
@@ -64,9 +65,10 @@ impl History {
         });
     }
 
-    /// Keeps the window maximum correct with fewer records: a record is dropped when a later one
-    /// is at least as large (it can never be the maximum again before that later one leaves).
-    fn compact(&mut self) {
+    /// The records that can still be a window maximum, oldest first: a record is redundant when
+    /// a later one is at least as large (it can never be the maximum again before that later one
+    /// leaves). What the controller persists.
+    pub fn dominant(&self) -> Vec<Record> {
         let mut kept: Vec<Record> = Vec::with_capacity(self.records.len());
         for record in self.records.iter().rev() {
             if kept.iter().all(|later| later.replicas < record.replicas) {
@@ -74,7 +76,12 @@ impl History {
             }
         }
         kept.reverse();
-        self.records = kept;
+        kept
+    }
+
+    /// Keeps the window maximum correct with fewer records (see [`History::dominant`]).
+    fn compact(&mut self) {
+        self.records = self.dominant();
     }
 }
 
@@ -121,12 +128,17 @@ mod tests {
     }
 
     #[test]
-    fn records_from_the_future_are_dropped() {
-        // A clock that went backwards (restored status from another node) must not pin forever.
+    fn records_from_the_future_are_kept_until_they_leave_the_window() {
+        // A history restored with a safety shift lies partly in the future: it must still count.
         let mut h = History::from_records(vec![Record {
             at_ms: 10_000,
             replicas: 9,
         }]);
-        assert_eq!(h.record(5_000, 2, 60_000), 2);
+        assert_eq!(h.record(5_000, 2, 60_000), 9);
+        assert_eq!(
+            h.record(70_000, 2, 60_000),
+            2,
+            "gone once 60 s past its own time"
+        );
     }
 }
