@@ -6,6 +6,8 @@
 //!   [`telemetry`]: the operator's own metrics.
 //! - [`engine`]: the pure decision engine of spec §2 (ratio, clamp, stabilization, step cap,
 //!   guards), shared by the controller, `simulate` and `probe`.
+//! - [`loadmodel`]: the vLLM load model (trace, continuous batching, routing, drain, report)
+//!   shared by the emulator, the demo and replays.
 //! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`).
 //! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
@@ -13,6 +15,7 @@
 
 pub mod controller;
 pub mod engine;
+pub mod loadmodel;
 pub mod metrics;
 pub mod probe;
 pub mod run;

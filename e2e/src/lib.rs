@@ -5,6 +5,7 @@
 //! command-line tools. Each test works in a namespace of its own ([`TestNamespace`]) and waits on
 //! conditions with a deadline ([`wait_for`]), never on fixed sleeps.
 
+pub mod emulator;
 pub mod exporter;
 pub mod fixture;
 pub mod operator;

@@ -1,0 +1,121 @@
+//! `vllm-emulator`: serves vLLM-like `/metrics` for every Ready pod of a workload while
+//! replaying a request trace over them (see `llmscaler_e2e::emulator`).
+//!
+//! ```text
+//! vllm-emulator --trace ../shared/traces/azure-llm-2023/conv.csv --speed 12 --scale 3 \
+//!     --namespace demo --selector app=vllm --listen 127.0.0.1:9400
+//! ```
+//!
+//! Runs until the trace has been replayed plus `--tail-seconds`, or until SIGINT/SIGTERM; then
+//! prints the run report as JSON on stdout. Trace attribution: Microsoft Azure, "Azure LLM
+//! inference trace 2023" (CC BY 4.0).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use llmscaler_e2e::emulator::{Config, Emulator, ModelArgs, load_trace};
+
+/// vLLM load emulator for the local cluster.
+#[derive(Parser, Debug)]
+#[command(name = "vllm-emulator", about)]
+struct Args {
+    /// Trace in the Azure LLM inference format (TIMESTAMP, ContextTokens, GeneratedTokens).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Trace seconds per wall second.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+    /// Arrival-rate factor (duplicates or thins requests, seeded).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Seed of `--scale`.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Namespace of the pods.
+    #[arg(long)]
+    namespace: String,
+    /// Label selector of the pods.
+    #[arg(long)]
+    selector: String,
+    /// Address of `/metrics`.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    listen: SocketAddr,
+    /// Wall seconds to keep serving after the last arrival (negative: until a signal).
+    #[arg(long, default_value_t = -1.0)]
+    tail_seconds: f64,
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("vllm-emulator: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("vllm-emulator: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let requests = load_trace(&args.trace, args.scale, args.seed)?;
+    let client = llmscaler_e2e::client().await?;
+    let emulator = Emulator::start(
+        client,
+        Config {
+            requests,
+            speed: args.speed,
+            namespace: args.namespace.clone(),
+            selector: args.selector.clone(),
+            params: args.model.params(),
+            listen: args.listen,
+        },
+    )
+    .await?;
+    emulator.begin();
+    eprintln!(
+        "vllm-emulator: serving http://{}/metrics for Ready pods {} in {} at speed {}",
+        emulator.addr, args.selector, args.namespace, args.speed
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut finished_at: Option<tokio::time::Instant> = None;
+    let mut interval = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = interval.tick() => {}
+        }
+        if args.tail_seconds >= 0.0 && emulator.status().trace_done {
+            let since = *finished_at.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed().as_secs_f64() >= args.tail_seconds {
+                break;
+            }
+        }
+    }
+    let report = emulator.status().report;
+    emulator.stop().await;
+    println!(
+        "{}",
+        serde_json::json!({
+            "report": report,
+            "attribution": llmscaler::loadmodel::ATTRIBUTION,
+        })
+    );
+    Ok(())
+}

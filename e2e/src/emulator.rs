@@ -1,0 +1,418 @@
+//! The vLLM load emulator: one process that serves `/metrics` for every Ready pod of a target
+//! workload, driven by a request trace replayed through the shared load model
+//! (`llmscaler::loadmodel`), so that the operator scaling the workload changes the metrics it
+//! reads: the loop is closed through the API server.
+//!
+//! - Ready pods are listed from the API server (namespace + label selector) every
+//!   [`POD_POLL_INTERVAL`]; a pod is Ready when its `Ready` condition is `True` and it is not
+//!   being deleted. Each Ready pod is one replica of the model; a pod that goes away drains.
+//! - The trace is replayed `speed` times faster than real time (model time is trace time).
+//! - `/metrics` has one series per Ready pod, labelled `pod`, `namespace` and `app` (the pod's
+//!   `app` label), under vLLM's names; `/report` is the run report as JSON; `/healthz` is 200.
+//!
+//! Trace data: see [`llmscaler::loadmodel::ATTRIBUTION`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use llmscaler::loadmodel::exposition::{self, Labels};
+use llmscaler::loadmodel::{Fleet, Params, Replay, Report, Request};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How often the Ready pods are listed (wall time).
+pub const POD_POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the model is stepped to the current trace time (wall time).
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// What to replay against which pods.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Requests, sorted by arrival (trace seconds).
+    pub requests: Vec<Request>,
+    /// Trace seconds per wall second (> 0).
+    pub speed: f64,
+    /// Namespace of the pods.
+    pub namespace: String,
+    /// Label selector of the pods, e.g. `app=vllm`.
+    pub selector: String,
+    /// The model's parameters.
+    pub params: Params,
+    /// Address to serve `/metrics` on (port 0 picks one).
+    pub listen: SocketAddr,
+}
+
+/// What the emulator shows of itself, e.g. for a live line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Status {
+    /// Trace time, seconds (0 until the replay begins).
+    pub t_s: f64,
+    /// Requests that have arrived so far.
+    pub arrived: u64,
+    /// Ready pods (replicas taking requests), sorted.
+    pub ready: Vec<String>,
+    /// Waiting requests over all replicas (and the gateway).
+    pub queue: usize,
+    /// Waiting requests per Ready replica (NaN without Ready replicas), like
+    /// `avg(vllm:num_requests_waiting)`.
+    pub queue_per_replica: f64,
+    /// Whether every request has arrived.
+    pub trace_done: bool,
+    /// The run report so far.
+    pub report: Report,
+}
+
+struct Inner {
+    fleet: Fleet,
+    replay: Replay,
+    /// Ready pods and their `app` label, as last listed.
+    pods: BTreeMap<String, String>,
+    /// Set of pods the fleet last saw.
+    applied: BTreeSet<String>,
+    /// Wall instant at which trace time 0 was, once the replay has begun.
+    began: Option<Instant>,
+    speed: f64,
+    namespace: String,
+    /// Last error listing pods (cleared on success).
+    list_error: Option<String>,
+}
+
+type Shared = Arc<Mutex<Inner>>;
+
+fn lock(shared: &Shared) -> MutexGuard<'_, Inner> {
+    // A panic while holding the lock leaves consistent-enough state for metrics.
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Inner {
+    /// Steps the model to the current wall time: arrivals first, then the Ready set.
+    fn tick(&mut self) {
+        let t = self
+            .began
+            .map_or(0.0, |began| began.elapsed().as_secs_f64() * self.speed);
+        if self.began.is_some() {
+            self.replay.run_until(&mut self.fleet, t);
+        }
+        let names: BTreeSet<String> = self.pods.keys().cloned().collect();
+        if names != self.applied {
+            self.fleet.set_ready(t.max(self.fleet.now_s()), &names);
+            self.applied = names;
+        }
+    }
+
+    fn status(&self) -> Status {
+        let ready = self.fleet.ready_names();
+        let metrics = self.fleet.metrics();
+        let waiting: usize = metrics.iter().map(|m| m.waiting).sum();
+        Status {
+            t_s: self.fleet.now_s(),
+            arrived: self.fleet.report().arrived,
+            queue_per_replica: if ready.is_empty() {
+                f64::NAN
+            } else {
+                waiting as f64 / ready.len() as f64
+            },
+            ready,
+            queue: self.fleet.queue(),
+            trace_done: self.replay.finished(),
+            report: self.fleet.report(),
+        }
+    }
+
+    fn metrics_text(&self) -> String {
+        let series: Vec<(Labels, _)> = self
+            .fleet
+            .metrics()
+            .into_iter()
+            .map(|m| {
+                let app = self.pods.get(&m.name).cloned().unwrap_or_default();
+                let labels = vec![
+                    ("pod".to_string(), m.name.clone()),
+                    ("namespace".to_string(), self.namespace.clone()),
+                    ("app".to_string(), app),
+                ];
+                (labels, m)
+            })
+            .collect();
+        let mut text = exposition::render(&series);
+        let report = self.fleet.report();
+        text.push_str(&format!(
+            "# HELP emulator_trace_seconds Trace time the emulator has replayed up to.\n\
+             # TYPE emulator_trace_seconds gauge\nemulator_trace_seconds {}\n\
+             # HELP emulator_requests_arrived_total Requests of the trace that have arrived.\n\
+             # TYPE emulator_requests_arrived_total counter\nemulator_requests_arrived_total {}\n\
+             # HELP emulator_requests_failed_total Requests dropped by a replica drained out.\n\
+             # TYPE emulator_requests_failed_total counter\nemulator_requests_failed_total {}\n",
+            self.fleet.now_s(),
+            report.arrived,
+            report.failed
+        ));
+        text
+    }
+}
+
+/// A running emulator; its tasks stop on [`Emulator::stop`] or drop.
+pub struct Emulator {
+    /// Where `/metrics` is served.
+    pub addr: SocketAddr,
+    shared: Shared,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Emulator {
+    /// Binds the listener, lists the pods once, and starts serving and polling; the replay
+    /// itself starts at [`Emulator::begin`] (until then trace time stays 0).
+    ///
+    /// # Errors
+    /// When the address cannot be bound or the first pod list fails.
+    pub async fn start(client: Client, config: Config) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            config.speed.is_finite() && config.speed > 0.0,
+            "--speed must be > 0, got {}",
+            config.speed
+        );
+        let pods_api: Api<Pod> = Api::namespaced(client, &config.namespace);
+        let params = ListParams::default().labels(&config.selector);
+        let first = ready_pods(&pods_api, &params)
+            .await
+            .with_context(|| format!("listing pods {} in {}", config.selector, config.namespace))?;
+        let shared: Shared = Arc::new(Mutex::new(Inner {
+            fleet: Fleet::new(config.params),
+            replay: Replay::new(config.requests),
+            pods: first,
+            applied: BTreeSet::new(),
+            began: None,
+            speed: config.speed,
+            namespace: config.namespace.clone(),
+            list_error: None,
+        }));
+        lock(&shared).tick();
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let (stop, stop_rx) = watch::channel(false);
+        let app = Router::new()
+            .route("/metrics", get(metrics_handler))
+            .route("/report", get(report_handler))
+            .route("/healthz", get(|| async { "ok" }))
+            .with_state(shared.clone());
+        let mut server_stop = stop_rx.clone();
+        let server = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            };
+            if let Err(err) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                eprintln!("vllm-emulator: server error: {err}");
+            }
+        });
+        let poll_shared = shared.clone();
+        let mut poll_stop = stop_rx.clone();
+        let poller = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(POD_POLL_INTERVAL);
+            loop {
+                tokio::select! {
+                    _ = interval.tick() => {}
+                    _ = poll_stop.wait_for(|s| *s) => return,
+                }
+                let listed = ready_pods(&pods_api, &params).await;
+                let mut inner = lock(&poll_shared);
+                match listed {
+                    Ok(pods) => {
+                        inner.pods = pods;
+                        inner.list_error = None;
+                    }
+                    Err(err) => {
+                        let text = format!("{err:#}");
+                        if inner.list_error.as_ref() != Some(&text) {
+                            eprintln!(
+                                "vllm-emulator: listing pods failed (keeping the last list): {text}"
+                            );
+                        }
+                        inner.list_error = Some(text);
+                    }
+                }
+            }
+        });
+        let tick_shared = shared.clone();
+        let mut tick_stop = stop_rx;
+        let ticker = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            loop {
+                tokio::select! {
+                    _ = interval.tick() => {}
+                    _ = tick_stop.wait_for(|s| *s) => return,
+                }
+                lock(&tick_shared).tick();
+            }
+        });
+        Ok(Self {
+            addr,
+            shared,
+            stop,
+            tasks: vec![server, poller, ticker],
+        })
+    }
+
+    /// Starts the replay clock now (trace time 0 = now); later calls do nothing.
+    pub fn begin(&self) {
+        let mut inner = lock(&self.shared);
+        if inner.began.is_none() {
+            inner.began = Some(Instant::now());
+        }
+    }
+
+    /// The emulator's state now.
+    pub fn status(&self) -> Status {
+        lock(&self.shared).status()
+    }
+
+    /// The Prometheus text `/metrics` serves now.
+    pub fn metrics_text(&self) -> String {
+        lock(&self.shared).metrics_text()
+    }
+
+    /// Stops serving and polling, and waits for the tasks.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn metrics_handler(State(shared): State<Shared>) -> impl IntoResponse {
+    let text = lock(&shared).metrics_text();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
+async fn report_handler(State(shared): State<Shared>) -> impl IntoResponse {
+    let status = lock(&shared).status();
+    axum::Json(json!({
+        "t_s": status.t_s,
+        "ready": status.ready,
+        "queue": status.queue,
+        "trace_done": status.trace_done,
+        "report": status.report,
+        "attribution": llmscaler::loadmodel::ATTRIBUTION,
+    }))
+}
+
+/// Ready pods (not being deleted) matching `params`, with their `app` label.
+async fn ready_pods(
+    api: &Api<Pod>,
+    params: &ListParams,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let list = api.list(params).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && pod_ready(pod))
+        .map(|pod| {
+            let app = pod.labels().get("app").cloned().unwrap_or_default();
+            (pod.name_any(), app)
+        })
+        .collect())
+}
+
+/// Whether the pod's `Ready` condition is `True`.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conds| {
+            conds
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// Reads an Azure-format trace file and applies `--scale` with `seed`.
+///
+/// # Errors
+/// When the file cannot be opened or parsed.
+pub fn load_trace(path: &std::path::Path, scale: f64, seed: u64) -> anyhow::Result<Vec<Request>> {
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("opening the trace {}", path.display()))?;
+    let requests = llmscaler::loadmodel::trace::read_azure(std::io::BufReader::new(file))
+        .with_context(|| format!("reading the trace {}", path.display()))?;
+    Ok(llmscaler::loadmodel::trace::scale(&requests, scale, seed))
+}
+
+/// The load model's parameters as command-line flags (defaults of spec/load-model.md).
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// Most sequences running at once per replica.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// KV-cache size per replica, tokens.
+    #[arg(long, default_value_t = 250_000)]
+    pub kv_capacity_tokens: u64,
+    /// Prompt processing rate, tokens per second.
+    #[arg(long, default_value_t = 12_000.0)]
+    pub prefill_tokens_per_s: f64,
+    /// Prompt tokens processed per step at most.
+    #[arg(long, default_value_t = 2048)]
+    pub prefill_chunk_tokens: u32,
+    /// Fixed part of a step, seconds.
+    #[arg(long, default_value_t = 0.012)]
+    pub step_base_s: f64,
+    /// Step time per running sequence, seconds.
+    #[arg(long, default_value_t = 0.000_35)]
+    pub step_per_seq_s: f64,
+    /// How long a removed replica drains before dropping what it holds, trace seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub drain_s: f64,
+    /// TTFT objective of the report, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub slo_ttft_s: f64,
+}
+
+impl ModelArgs {
+    /// The model parameters.
+    pub fn params(&self) -> Params {
+        Params {
+            max_num_seqs: self.max_num_seqs,
+            kv_capacity_tokens: self.kv_capacity_tokens,
+            prefill_tokens_per_s: self.prefill_tokens_per_s,
+            prefill_chunk_tokens: self.prefill_chunk_tokens,
+            step_base_s: self.step_base_s,
+            step_per_seq_s: self.step_per_seq_s,
+            drain_s: self.drain_s,
+            slo_ttft_s: self.slo_ttft_s,
+        }
+    }
+}

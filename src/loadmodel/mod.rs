@@ -1,0 +1,23 @@
+//! The one load model of spec/load-model.md, shared by the vLLM emulator, the demo and (later)
+//! `llmscaler simulate` with a request trace: given requests and serving replicas, what the vLLM
+//! metrics look like.
+//!
+//! - [`trace`]: the Azure trace format, `--scale` (seeded duplicate/thin) and `--speed`.
+//! - [`replica`]: one replica under continuous batching ([`replica::Params`] has every knob).
+//! - [`fleet`]: least-outstanding routing over Ready replicas, drain on removal, the run
+//!   [`fleet::Report`].
+//! - [`exposition`]: the Prometheus text of the replicas' metrics under vLLM's names.
+//! - [`plot`]: a replay's timeline as a PNG.
+//!
+//! Everything runs in trace time and is deterministic: same trace, seed and Ready-set changes
+//! give the same metrics.
+
+pub mod exposition;
+pub mod fleet;
+pub mod plot;
+pub mod replica;
+pub mod trace;
+
+pub use fleet::{Fleet, Replay, Report};
+pub use replica::{Params, ReplicaMetrics};
+pub use trace::{ATTRIBUTION, Request};
