@@ -7,9 +7,10 @@
 //! the throughput run, default 16).
 //!
 //! For each server: a warm-up, then a fixed-rate open-loop run over keep-alive connections
-//! (latency measured from each request's scheduled time to the end of its response body, so a
-//! stalled server is not hidden), then a closed-loop run with `BENCH_CONCURRENCY` requests in
-//! flight for the maximum throughput. Client and servers share the process and the machine.
+//! (a request is sent at each tick whether or not earlier ones have returned; latency runs from
+//! sending to the end of the response body), then a closed-loop run with `BENCH_CONCURRENCY`
+//! requests in flight for the maximum throughput. Client and servers share the process and the
+//! machine. Last, the cost of the pure handlers alone (`review::handle`, no network).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -134,12 +135,12 @@ async fn measure(
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     for i in 0..rate * seconds {
-        let scheduled = start + period * i as u32;
-        tokio::time::sleep_until(scheduled).await;
+        tokio::time::sleep_until(start + period * i as u32).await;
+        let dispatched = Instant::now();
         let (client, url, body) = (client.clone(), url.to_string(), body.to_vec());
         tasks.push(tokio::spawn(async move {
             let ok = one(&client, &url, &body).await;
-            (ok, scheduled.elapsed())
+            (ok, dispatched.elapsed())
         }));
     }
     let mut latencies = Vec::new();
@@ -238,6 +239,24 @@ async fn main() {
             run.throughput
         );
         results.push(run);
+    }
+    let iterations = 20_000u32;
+    for (name, endpoint) in [
+        ("validate", llmscaler_webhooks::review::Endpoint::Validate),
+        ("mutate", llmscaler_webhooks::review::Endpoint::Mutate),
+    ] {
+        let began = Instant::now();
+        for _ in 0..iterations {
+            std::hint::black_box(llmscaler_webhooks::review::handle(
+                endpoint,
+                Some("application/json"),
+                std::hint::black_box(&body),
+            ));
+        }
+        println!(
+            "{name} handler alone (parse, check, answer; no network): {:.1} us per review",
+            began.elapsed().as_secs_f64() * 1e6 / f64::from(iterations)
+        );
     }
     let bare = &results[0];
     for (name, run) in [("validate", &results[1]), ("mutate", &results[2])] {

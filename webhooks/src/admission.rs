@@ -54,7 +54,7 @@ pub fn validate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         Admit::Refuse(message) => return bad_request(response, &message),
         Admit::Check(object) => object,
     };
-    let scaler: LLMScaler = match parse_json_value(&object) {
+    let scaler: LLMScaler = match read(&object) {
         Ok(scaler) => scaler,
         Err(errors) => return invalid(response, &errors),
     };
@@ -92,7 +92,7 @@ pub fn mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     let Some(original) = object.get("spec") else {
         return response;
     };
-    let Ok(mut spec) = parse_json_value::<LLMScalerSpec>(original) else {
+    let Ok(mut spec) = read::<LLMScalerSpec>(original) else {
         return response;
     };
     apply_defaults(&mut spec);
@@ -148,6 +148,12 @@ fn collect_additions(
         }
         at.pop_back();
     }
+}
+
+/// Deserializes `value`; on failure, again with path tracking for the message
+/// ([`parse_json_value`]), so the common case pays nothing for it.
+fn read<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, ValidationErrors> {
+    T::deserialize(value).or_else(|_| parse_json_value(value))
 }
 
 /// What to do with a request before looking at the spec.
