@@ -266,6 +266,94 @@ impl World {
         .await
     }
 
+    /// The usual setup of a controller test: Deployment `vllm` at `replicas` (all Ready),
+    /// `llm_queue{scaler="<tag>"}` at `value`, and LLMScaler `chat` on it (see
+    /// [`queue_scaler_spec`]) with `bounds` and `extra` spec fields. No operator yet.
+    ///
+    /// # Errors
+    /// API errors or timeouts.
+    pub async fn queue_scaled_deployment(
+        &self,
+        replicas: i32,
+        tag: &str,
+        value: f64,
+        bounds: (i32, i32),
+        extra: Value,
+    ) -> anyhow::Result<()> {
+        self.create_deployment("vllm", replicas).await?;
+        self.wait_replicas("vllm", replicas, Duration::from_secs(60))
+            .await?;
+        self.exporter
+            .set_gauge("llm_queue", &[(&format!("scaler=\"{tag}\""), value)]);
+        self.create_scaler(
+            "chat",
+            queue_scaler_spec(
+                &self.prometheus.url(),
+                deployment_ref("vllm"),
+                tag,
+                bounds,
+                extra,
+            ),
+        )
+        .await
+    }
+
+    /// Polls the Deployment until `spec.replicas` reaches `last`, returning every distinct
+    /// value seen on the way (starting with the current one).
+    ///
+    /// # Errors
+    /// On timeout, with the walk so far and the operators' logs.
+    pub async fn replica_walk(
+        &self,
+        name: &str,
+        last: i32,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<i32>> {
+        let mut seen: Vec<i32> = Vec::new();
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let (spec, _, _) = self.deployment_replicas(name).await?;
+            if seen.last() != Some(&spec) {
+                seen.push(spec);
+            }
+            if spec == last {
+                return Ok(seen);
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "replicas of {name} never reached {last}; walk {seen:?}\n{}",
+                self.operator_logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until operator `index` reports the metric `queue` at `value` (as printed in its
+    /// `/metrics`, e.g. `0.5`).
+    ///
+    /// # Errors
+    /// On timeout.
+    pub async fn metric_seen(&self, index: usize, value: &str) -> anyhow::Result<()> {
+        wait_for(
+            &format!("operator {index} to read queue = {value}"),
+            Duration::from_secs(60),
+            || async {
+                let metrics = self.operators[index].metrics().await?;
+                let line = metrics
+                    .lines()
+                    .find(|l| {
+                        l.starts_with("llmscaler_metric_value{") && l.contains("metric=\"queue\"")
+                    })
+                    .map(str::to_string);
+                Ok(match line {
+                    Some(l) if l.ends_with(&format!(" {value}")) => Check::Done(()),
+                    other => Check::NotYet(format!("{other:?}")),
+                })
+            },
+        )
+        .await
+    }
+
     /// Stops every operator, deletes RBAC and the namespace.
     ///
     /// # Errors
@@ -338,4 +426,29 @@ pub fn queue_scaler_spec(
         }
     }
     spec
+}
+
+/// `targetRef` of a Deployment.
+pub fn deployment_ref(name: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
+}
+
+/// Sum of `llmscaler_writes_total{kind="<kind>"}` over every scaler in an operator's `/metrics`.
+pub fn writes_of(metrics: &str, kind: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("llmscaler_writes_total{") && l.contains(&format!("kind=\"{kind}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The number of reconciles an operator has run (its reconcile histogram's count).
+pub fn reconcile_count(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("llmscaler_reconcile_duration_seconds_count"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .unwrap_or(0)
 }

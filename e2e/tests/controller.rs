@@ -7,41 +7,13 @@ use anyhow::ensure;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use llmscaler_e2e::fixture::{World, queue_scaler_spec};
+use llmscaler_e2e::fixture::{
+    World, deployment_ref, queue_scaler_spec, reconcile_count, writes_of,
+};
 use llmscaler_e2e::{Check, wait_for};
 use serde_json::json;
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-fn deployment_ref(name: &str) -> serde_json::Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
-}
-
-/// Polls the Deployment until `spec.replicas` reaches `last`, recording every distinct value.
-async fn replica_walk(
-    world: &World,
-    name: &str,
-    last: i32,
-    timeout: Duration,
-) -> anyhow::Result<Vec<i32>> {
-    let mut seen: Vec<i32> = Vec::new();
-    let deadline = Instant::now() + timeout;
-    loop {
-        let (spec, _, _) = world.deployment_replicas(name).await?;
-        if seen.last() != Some(&spec) {
-            seen.push(spec);
-        }
-        if spec == last {
-            return Ok(seen);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "replicas of {name} never reached {last}; walk {seen:?}\n{}",
-            world.operator_logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// The managers owning `f:spec.f:replicas` of a Deployment, and llmscaler's whole fieldsV1.
 async fn replicas_ownership(
@@ -66,41 +38,17 @@ async fn replicas_ownership(
     Ok((owners, ours))
 }
 
-fn writes_of(metrics: &str, kind: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("llmscaler_writes_total{") && l.contains(&format!("kind=\"{kind}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 #[ignore = "needs e2e/cluster up"]
 async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> anyhow::Result<()> {
     let mut world = World::new("ctl-basic").await?;
-    world.create_deployment("vllm", 1).await?;
-    world.wait_replicas("vllm", 1, MINUTE).await?;
     world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"basic\"", 0.85)]);
-    world
-        .create_scaler(
-            "chat",
-            queue_scaler_spec(
-                &world.prometheus.url(),
-                deployment_ref("vllm"),
-                "basic",
-                (1, 5),
-                json!({}),
-            ),
-        )
+        .queue_scaled_deployment(1, "basic", 0.85, (1, 5), json!({}))
         .await?;
     world.start_operator("basic-0", &[]).await?;
 
     // ready 1, value 0.85, target 0.5 -> 2; then 2 -> ceil(2*1.7) = 4; then 4 -> 7 clamped to 5.
-    let walk = replica_walk(&world, "vllm", 5, MINUTE).await?;
+    let walk = world.replica_walk("vllm", 5, MINUTE).await?;
     println!("replica walk at 0.85: {walk:?}");
     assert_eq!(walk, vec![1, 2, 4, 5]);
     world
@@ -113,7 +61,7 @@ async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> 
     world
         .exporter
         .set_gauge("llm_queue", &[("scaler=\"basic\"", 0.0)]);
-    let walk = replica_walk(&world, "vllm", 1, MINUTE).await?;
+    let walk = world.replica_walk("vllm", 1, MINUTE).await?;
     println!(
         "reaction time (exporter value changed -> spec.replicas written): {:?}",
         changed.elapsed()
@@ -140,12 +88,7 @@ async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> 
     .await?;
     let scaler_rv = world.scaler("chat").await?["metadata"]["resourceVersion"].clone();
     let (_, _, deployment_rv) = world.deployment_replicas("vllm").await?;
-    let syncs = |m: &str| {
-        m.lines()
-            .find(|l| l.starts_with("llmscaler_reconcile_duration_seconds_count"))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let syncs = reconcile_count;
     let before = syncs(&world.operators[0].metrics().await?);
     wait_for("five more syncs", MINUTE, || async {
         let now = syncs(&world.operators[0].metrics().await?);
@@ -385,7 +328,7 @@ async fn scales_to_zero_and_wakes_then_steps_down_with_the_settle_guard() -> any
         "llm_queue",
         &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.5)],
     );
-    let walk = replica_walk(&world, "vllm", 2, MINUTE).await?;
+    let walk = world.replica_walk("vllm", 2, MINUTE).await?;
     assert_eq!(walk, vec![0, 2]);
 
     // maxStep 2, spec 5 all ready, value 0 -> 3 (status desired 1), then 1 once settled.
@@ -394,7 +337,7 @@ async fn scales_to_zero_and_wakes_then_steps_down_with_the_settle_guard() -> any
         "llm_queue",
         &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.0)],
     );
-    let mut walk = replica_walk(&world, "big", 3, MINUTE).await?;
+    let mut walk = world.replica_walk("big", 3, MINUTE).await?;
     wait_for(
         "status.desiredReplicas 1 while the step cap holds 3",
         MINUTE,
@@ -409,12 +352,73 @@ async fn scales_to_zero_and_wakes_then_steps_down_with_the_settle_guard() -> any
     )
     .await?;
     walk.extend(
-        replica_walk(&world, "big", 1, MINUTE)
+        world
+            .replica_walk("big", 1, MINUTE)
             .await?
             .into_iter()
             .skip(1),
     );
     println!("step-capped walk: {walk:?}");
     assert_eq!(walk, vec![5, 3, 1]);
+    world.finish().await
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn steady_state_with_a_window_writes_status_once_per_refresh_interval() -> anyhow::Result<()>
+{
+    let mut world = World::new("ctl-steady").await?;
+    world.create_deployment("vllm", 2).await?;
+    world.wait_replicas("vllm", 2, MINUTE).await?;
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"steady\"", 0.5)]);
+    // window 20 s, sync 1 s: the history is refreshed in status every 5 s (a quarter window).
+    world
+        .create_scaler(
+            "chat",
+            queue_scaler_spec(
+                &world.prometheus.url(),
+                deployment_ref("vllm"),
+                "steady",
+                (1, 5),
+                json!({"scaleDown": {"stabilizationWindowSeconds": 20}}),
+            ),
+        )
+        .await?;
+    world.start_operator("steady-0", &[]).await?;
+    world
+        .wait_condition("chat", "Ready", "True", "", MINUTE)
+        .await?;
+    let syncs = reconcile_count;
+    let before = world.operators[0].metrics().await?;
+    let started = Instant::now();
+    let first = syncs(&before);
+    wait_for("20 more syncs", MINUTE, || async {
+        let now = syncs(&world.operators[0].metrics().await?);
+        Ok(if now >= first + 20 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{now} syncs"))
+        })
+    })
+    .await?;
+    let after = world.operators[0].metrics().await?;
+    let elapsed = started.elapsed();
+    let status_writes = writes_of(&after, "status") - writes_of(&before, "status");
+    let replica_writes = writes_of(&after, "replicas") - writes_of(&before, "replicas");
+    let n = syncs(&after) - first;
+    #[allow(clippy::cast_precision_loss)]
+    let per_hour = status_writes as f64 / elapsed.as_secs_f64() * 3600.0;
+    println!(
+        "steady state with a 20 s window, 1 s sync: {status_writes} status writes and {replica_writes} replica writes in {n} syncs ({elapsed:?}), {per_hour:.0} status writes/hour"
+    );
+    assert_eq!(replica_writes, 0);
+    // One refresh per 5 s, plus one for a refresh boundary falling inside the interval.
+    let bound = elapsed.as_secs() / 5 + 1;
+    assert!(
+        status_writes <= bound,
+        "{status_writes} status writes in {elapsed:?} (bound {bound})"
+    );
     world.finish().await
 }

@@ -10,64 +10,31 @@ use axum::Json;
 use axum::extract::State;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use llmscaler_e2e::fixture::{World, deployment_manifest, queue_scaler_spec};
+use llmscaler_e2e::fixture::{World, deployment_manifest, deployment_ref, queue_scaler_spec};
 use llmscaler_e2e::operator::run_command;
 use llmscaler_e2e::{Check, kubectl_path, wait_for};
 use serde_json::{Value, json};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-fn deployment_ref(name: &str) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
-}
-
-async fn metric_seen(world: &World, operator: usize, value: &str) -> anyhow::Result<()> {
-    wait_for(
-        &format!("operator {operator} to read queue = {value}"),
-        MINUTE,
-        || async {
-            let metrics = world.operators[operator].metrics().await?;
-            let line = metrics
-                .lines()
-                .find(|l| {
-                    l.starts_with("llmscaler_metric_value{") && l.contains("metric=\"queue\"")
-                })
-                .map(str::to_string);
-            Ok(match line {
-                Some(l) if l.ends_with(&format!(" {value}")) => Check::Done(()),
-                other => Check::NotYet(format!("{other:?}")),
-            })
-        },
-    )
-    .await
-}
-
 #[tokio::test]
 #[ignore = "needs e2e/cluster up"]
 async fn a_restart_inside_the_stabilization_window_does_not_scale_down_early() -> anyhow::Result<()>
 {
     let mut world = World::new("ctl-restart").await?;
-    world.create_deployment("vllm", 4).await?;
-    world.wait_replicas("vllm", 4, MINUTE).await?;
-    world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"restart\"", 0.5)]);
     let window = 20;
     world
-        .create_scaler(
-            "chat",
-            queue_scaler_spec(
-                &world.prometheus.url(),
-                deployment_ref("vllm"),
-                "restart",
-                (1, 10),
-                json!({"scaleDown": {"stabilizationWindowSeconds": window}}),
-            ),
+        .queue_scaled_deployment(
+            4,
+            "restart",
+            0.5,
+            (1, 10),
+            json!({"scaleDown": {"stabilizationWindowSeconds": window}}),
         )
         .await?;
     let lease = ["--lease-duration-seconds", "3"];
     world.start_operator("restart-0", &lease).await?;
-    metric_seen(&world, 0, "0.5").await?;
+    world.metric_seen(0, "0.5").await?;
     wait_for("recommendations in status", MINUTE, || async {
         let status = world.scaler("chat").await?["status"].clone();
         Ok(
@@ -87,7 +54,7 @@ async fn a_restart_inside_the_stabilization_window_does_not_scale_down_early() -
     world
         .exporter
         .set_gauge("llm_queue", &[("scaler=\"restart\"", 0.0)]);
-    metric_seen(&world, 0, "0.0").await?;
+    world.metric_seen(0, "0.0").await?;
     let dropped = Instant::now();
     // The last recommendation of 4 was made at most one sync (1 s) and one scrape (1 s) before
     // the operator read 0.
@@ -145,22 +112,8 @@ fn replica_writes(metrics: &str) -> u64 {
 async fn the_follower_takes_over_within_the_lease_duration_and_never_writes_before()
 -> anyhow::Result<()> {
     let mut world = World::new("ctl-leader").await?;
-    world.create_deployment("vllm", 1).await?;
-    world.wait_replicas("vllm", 1, MINUTE).await?;
     world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"leader\"", 0.85)]);
-    world
-        .create_scaler(
-            "chat",
-            queue_scaler_spec(
-                &world.prometheus.url(),
-                deployment_ref("vllm"),
-                "leader",
-                (1, 2),
-                json!({}),
-            ),
-        )
+        .queue_scaled_deployment(1, "leader", 0.85, (1, 2), json!({}))
         .await?;
     let lease_seconds = 6;
     let lease = ["--lease-duration-seconds", "6"];
@@ -228,25 +181,11 @@ async fn the_follower_takes_over_within_the_lease_duration_and_never_writes_befo
 #[ignore = "needs e2e/cluster up"]
 async fn a_rollout_defers_scaling_until_it_completes() -> anyhow::Result<()> {
     let mut world = World::new("ctl-rollout").await?;
-    world.create_deployment("vllm", 2).await?;
-    world.wait_replicas("vllm", 2, MINUTE).await?;
     world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"rollout\"", 0.5)]);
-    world
-        .create_scaler(
-            "chat",
-            queue_scaler_spec(
-                &world.prometheus.url(),
-                deployment_ref("vllm"),
-                "rollout",
-                (1, 10),
-                json!({}),
-            ),
-        )
+        .queue_scaled_deployment(2, "rollout", 0.5, (1, 10), json!({}))
         .await?;
     world.start_operator("rollout-0", &[]).await?;
-    metric_seen(&world, 0, "0.5").await?;
+    world.metric_seen(0, "0.5").await?;
 
     // A new template whose pods cannot be scheduled: the rollout stays in progress.
     let mut stuck = deployment_manifest(world.namespace(), "vllm", None);

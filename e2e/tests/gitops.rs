@@ -7,22 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::ensure;
-use llmscaler_e2e::fixture::{World, deployment_manifest, queue_scaler_spec};
+use llmscaler_e2e::fixture::{World, deployment_manifest, queue_scaler_spec, writes_of};
 use llmscaler_e2e::helm_path;
 use llmscaler_e2e::operator::run_command;
 use serde_json::json;
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-fn writes_of(metrics: &str, kind: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("llmscaler_writes_total{") && l.contains(&format!("kind=\"{kind}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
 
 #[tokio::test]
 #[ignore = "needs e2e/cluster up"]
