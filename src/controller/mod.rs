@@ -802,6 +802,14 @@ async fn replicas_event(
     contested_by: Option<&str>,
 ) {
     let target = &scaler.spec.target_ref;
+    let change = format!(
+        "{} {}: {} -> {} replicas ({})",
+        target.kind,
+        target.name,
+        state.spec_replicas,
+        decision.replicas,
+        decision.reason.as_str()
+    );
     let (reason_text, note) = match (decision.action, contested_by) {
         (_, Some(manager)) => (
             reason::REASSERTED,
@@ -810,28 +818,8 @@ async fn replicas_event(
                 target.kind, target.name, state.spec_replicas, decision.replicas
             ),
         ),
-        (ScaleAction::ScaleUp, None) => (
-            reason::SCALED_UP,
-            format!(
-                "{} {}: {} -> {} replicas ({})",
-                target.kind,
-                target.name,
-                state.spec_replicas,
-                decision.replicas,
-                decision.reason.as_str()
-            ),
-        ),
-        (ScaleAction::ScaleDown, None) => (
-            reason::SCALED_DOWN,
-            format!(
-                "{} {}: {} -> {} replicas ({})",
-                target.kind,
-                target.name,
-                state.spec_replicas,
-                decision.replicas,
-                decision.reason.as_str()
-            ),
-        ),
+        (ScaleAction::ScaleUp, None) => (reason::SCALED_UP, change),
+        (ScaleAction::ScaleDown, None) => (reason::SCALED_DOWN, change),
         // First claim of an unchanged value: no news.
         _ => return,
     };
