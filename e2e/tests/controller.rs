@@ -422,3 +422,45 @@ async fn steady_state_with_a_window_writes_status_once_per_refresh_interval() ->
     );
     world.finish().await
 }
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn an_invalid_spec_that_bypassed_admission_is_refused_with_a_condition() -> anyhow::Result<()>
+{
+    let mut world = World::new("ctl-invalid").await?;
+    world
+        .queue_scaled_deployment(
+            3,
+            "invalid",
+            0.0,
+            (1, 5),
+            json!({"metrics": [{"name": "queue", "query": "avg(llm_queue{scaler=\"invalid\"})", "target": "80%"}]}),
+        )
+        .await?;
+    world.start_operator("invalid-0", &[]).await?;
+    let condition = world
+        .wait_condition("chat", "Ready", "False", "spec.metrics[0].target", MINUTE)
+        .await?;
+    println!("invalid spec: {condition}");
+    assert_eq!(condition["reason"], "InvalidSpec");
+    let before = reconcile_count(&world.operators[0].metrics().await?);
+    wait_for("three more syncs", MINUTE, || async {
+        let now = reconcile_count(&world.operators[0].metrics().await?);
+        Ok(if now >= before + 3 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{now}"))
+        })
+    })
+    .await?;
+    let (spec, _, _) = world.deployment_replicas("vllm").await?;
+    assert_eq!(
+        spec, 3,
+        "an invalid spec must not actuate (value 0 would have scaled to 1)"
+    );
+    assert_eq!(
+        writes_of(&world.operators[0].metrics().await?, "replicas"),
+        0
+    );
+    world.finish().await
+}
