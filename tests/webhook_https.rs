@@ -469,3 +469,49 @@ async fn certificate_swap_during_a_stream_of_requests_fails_none() {
         ok.load(Ordering::Relaxed)
     );
 }
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    init();
+    let certs = new_certs();
+    let mut webhook = Webhook::start(&certs);
+    let status = Command::new("kill")
+        .args(["-TERM", &webhook.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = Instant::now() + DEADLINE;
+    let exit = loop {
+        if let Some(exit) = webhook.child.try_wait().expect("try_wait") {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        std::thread::sleep(POLL);
+    };
+    assert!(exit.success(), "{exit}");
+}
+
+#[test]
+fn unusable_certificate_files_fail_at_start_naming_the_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cert = dir.path().join("tls.crt");
+    let key = dir.path().join("tls.key");
+    std::fs::write(&cert, "not a certificate").expect("write");
+    std::fs::write(&key, new_certs().tls_key_pem).expect("write");
+    for (cert_arg, want) in [
+        (cert.clone(), "tls.crt"),
+        (dir.path().join("missing.crt"), "missing.crt"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_llmscaler"))
+            .args(["webhook", "--listen", "127.0.0.1:0"])
+            .arg("--tls-cert-file")
+            .arg(&cert_arg)
+            .arg("--tls-key-file")
+            .arg(&key)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{stderr}");
+    }
+}

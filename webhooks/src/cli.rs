@@ -73,6 +73,7 @@ async fn serve(args: &WebhookArgs) -> Result<(), Error> {
         addr: args.listen.clone(),
         source,
     })?;
+    let shutdown = shutdown_signal();
     // The line tests and scripts wait for: the server accepts connections from here on (the
     // socket is bound; connections queue until the accept loop starts).
     println!("listening on https://{local}");
@@ -84,31 +85,38 @@ async fn serve(args: &WebhookArgs) -> Result<(), Error> {
         Duration::from_millis(args.cert_reload_interval_ms.max(10)),
         Some((cert, key)),
     ));
-    let result = server::serve(listener, resolver, shutdown_signal()).await;
+    let result = server::serve(listener, resolver, shutdown).await;
     watcher.abort();
     result
 }
 
-/// Completes on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// A future that completes on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed by this
+/// call, before the future is first polled, so a signal that arrives while the server is still
+/// starting is not lost (nor kills the process). Call it inside a Tokio runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        async move {
+            match (interrupt, terminate) {
+                (Some(mut interrupt), Some(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = ctrl_c.await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
