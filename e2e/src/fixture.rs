@@ -283,6 +283,21 @@ impl World {
         self.create_deployment("vllm", replicas).await?;
         self.wait_replicas("vllm", replicas, Duration::from_secs(60))
             .await?;
+        self.queue_scaler(tag, value, bounds, extra).await
+    }
+
+    /// `llm_queue{scaler="<tag>"}` at `value`, and LLMScaler `chat` on Deployment `vllm` (see
+    /// [`queue_scaler_spec`]) with `bounds` and `extra` spec fields.
+    ///
+    /// # Errors
+    /// API errors.
+    pub async fn queue_scaler(
+        &self,
+        tag: &str,
+        value: f64,
+        bounds: (i32, i32),
+        extra: Value,
+    ) -> anyhow::Result<()> {
         self.exporter
             .set_gauge("llm_queue", &[(&format!("scaler=\"{tag}\""), value)]);
         self.create_scaler(
@@ -294,6 +309,27 @@ impl World {
                 bounds,
                 extra,
             ),
+        )
+        .await
+    }
+
+    /// Waits until operator `index` has run `n` more reconciles than when called.
+    ///
+    /// # Errors
+    /// On timeout.
+    pub async fn wait_syncs(&self, index: usize, n: u64) -> anyhow::Result<()> {
+        let before = reconcile_count(&self.operators[index].metrics().await?);
+        wait_for(
+            &format!("{n} more syncs"),
+            Duration::from_secs(60),
+            || async {
+                let now = reconcile_count(&self.operators[index].metrics().await?);
+                Ok(if now >= before + n {
+                    Check::Done(())
+                } else {
+                    Check::NotYet(format!("{now} syncs"))
+                })
+            },
         )
         .await
     }

@@ -88,17 +88,7 @@ async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> 
     .await?;
     let scaler_rv = world.scaler("chat").await?["metadata"]["resourceVersion"].clone();
     let (_, _, deployment_rv) = world.deployment_replicas("vllm").await?;
-    let syncs = reconcile_count;
-    let before = syncs(&world.operators[0].metrics().await?);
-    wait_for("five more syncs", MINUTE, || async {
-        let now = syncs(&world.operators[0].metrics().await?);
-        Ok(if now >= before + 5 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("{now} syncs"))
-        })
-    })
-    .await?;
+    world.wait_syncs(0, 5).await?;
     let (_, _, deployment_rv_after) = world.deployment_replicas("vllm").await?;
     assert_eq!(
         deployment_rv, deployment_rv_after,
@@ -390,24 +380,15 @@ async fn steady_state_with_a_window_writes_status_once_per_refresh_interval() ->
     world
         .wait_condition("chat", "Ready", "True", "", MINUTE)
         .await?;
-    let syncs = reconcile_count;
     let before = world.operators[0].metrics().await?;
     let started = Instant::now();
-    let first = syncs(&before);
-    wait_for("20 more syncs", MINUTE, || async {
-        let now = syncs(&world.operators[0].metrics().await?);
-        Ok(if now >= first + 20 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("{now} syncs"))
-        })
-    })
-    .await?;
+    let first = reconcile_count(&before);
+    world.wait_syncs(0, 20).await?;
     let after = world.operators[0].metrics().await?;
     let elapsed = started.elapsed();
     let status_writes = writes_of(&after, "status") - writes_of(&before, "status");
     let replica_writes = writes_of(&after, "replicas") - writes_of(&before, "replicas");
-    let n = syncs(&after) - first;
+    let n = reconcile_count(&after) - first;
     #[allow(clippy::cast_precision_loss)]
     let per_hour = status_writes as f64 / elapsed.as_secs_f64() * 3600.0;
     println!(
@@ -443,16 +424,7 @@ async fn an_invalid_spec_that_bypassed_admission_is_refused_with_a_condition() -
         .await?;
     println!("invalid spec: {condition}");
     assert_eq!(condition["reason"], "InvalidSpec");
-    let before = reconcile_count(&world.operators[0].metrics().await?);
-    wait_for("three more syncs", MINUTE, || async {
-        let now = reconcile_count(&world.operators[0].metrics().await?);
-        Ok(if now >= before + 3 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("{now}"))
-        })
-    })
-    .await?;
+    world.wait_syncs(0, 3).await?;
     let (spec, _, _) = world.deployment_replicas("vllm").await?;
     assert_eq!(
         spec, 3,

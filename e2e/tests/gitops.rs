@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::ensure;
-use llmscaler_e2e::fixture::{World, deployment_manifest, queue_scaler_spec, writes_of};
+use llmscaler_e2e::fixture::{World, deployment_manifest, writes_of};
 use llmscaler_e2e::helm_path;
 use llmscaler_e2e::operator::run_command;
 use serde_json::json;
@@ -21,21 +21,7 @@ async fn a_gitops_applier_without_replicas_never_flips_the_fleet() -> anyhow::Re
     let manifest = deployment_manifest(world.namespace(), "vllm", None);
     world.apply("argocd-controller", &manifest).await?;
     world.wait_replicas("vllm", 1, MINUTE).await?;
-    world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"argo\"", 0.85)]);
-    world
-        .create_scaler(
-            "chat",
-            queue_scaler_spec(
-                &world.prometheus.url(),
-                json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"}),
-                "argo",
-                (1, 5),
-                json!({}),
-            ),
-        )
-        .await?;
+    world.queue_scaler("argo", 0.85, (1, 5), json!({})).await?;
     world.start_operator("argo-0", &[]).await?;
 
     // The GitOps applier: re-applies the manifest (no replicas) every 2 s, without force.
@@ -169,21 +155,7 @@ async fn helm_upgrade_with_replicas_reports_the_conflict_and_the_operator_value_
         "--wait=false",
     ])?;
     world.wait_replicas("vllm", 1, MINUTE).await?;
-    world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"helm\"", 1.0)]);
-    world
-        .create_scaler(
-            "chat",
-            queue_scaler_spec(
-                &world.prometheus.url(),
-                json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"}),
-                "helm",
-                (1, 3),
-                json!({}),
-            ),
-        )
-        .await?;
+    world.queue_scaler("helm", 1.0, (1, 3), json!({})).await?;
     world.start_operator("helm-0", &[]).await?;
     world.wait_replicas("vllm", 3, MINUTE).await?;
 
