@@ -4,7 +4,8 @@
 //! `cargo bench -p llmscaler-webhooks --bench admission_tls` (release build). Knobs, from the
 //! environment: `BENCH_RATE` (requests per second of the fixed-rate run, default 500),
 //! `BENCH_SECONDS` (length of each run, default 5), `BENCH_CONCURRENCY` (requests in flight in
-//! the throughput run, default 16).
+//! the throughput run, default 16), `BENCH_ROUNDS` (rounds over the three servers, default 3;
+//! the figures are medians).
 //!
 //! For each server: a warm-up, then a fixed-rate open-loop run over keep-alive connections
 //! (a request is sent at each tick whether or not earlier ones have returned; latency runs from
@@ -197,6 +198,7 @@ async fn main() {
     let rate = env_or("BENCH_RATE", 500);
     let seconds = env_or("BENCH_SECONDS", 5);
     let concurrency = env_or("BENCH_CONCURRENCY", 16);
+    let rounds_wanted = env_or("BENCH_ROUNDS", 3);
 
     let mut cfg = CertConfig::new("bench", "unused", "llmscaler-webhook");
     cfg.extra_sans = vec!["127.0.0.1".to_string()];
@@ -224,13 +226,43 @@ async fn main() {
         "{:<18} {:>9} {:>9} {:>7} {:>12}",
         "server", "p50 ms", "p99 ms", "errors", "max req/s"
     );
-    let mut results = Vec::new();
-    for (name, url) in [
+    let targets = [
         ("bare rustls+axum", format!("https://{bare}/validate")),
         ("webhook /validate", format!("https://{webhook}/validate")),
         ("webhook /mutate", format!("https://{webhook}/mutate")),
-    ] {
-        let run = measure(&client, &url, &body, rate, seconds, concurrency).await;
+    ];
+    // Rounds interleave the servers so that load from elsewhere on the machine hits them alike;
+    // each figure is the median over the rounds.
+    let mut rounds: Vec<Vec<Run>> = targets.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds_wanted {
+        for ((name, url), runs) in targets.iter().zip(rounds.iter_mut()) {
+            let run = measure(&client, url, &body, rate, seconds, concurrency).await;
+            println!(
+                "{:<18} {:>9.3} {:>9.3} {:>7} {:>12.0}   (round {})",
+                name,
+                ms(run.p50),
+                ms(run.p99),
+                run.errors,
+                run.throughput,
+                round + 1
+            );
+            runs.push(run);
+        }
+    }
+    println!("median of {rounds_wanted} rounds:");
+    let mut results = Vec::new();
+    for ((name, _), runs) in targets.iter().zip(rounds) {
+        let median = |f: fn(&Run) -> f64| {
+            let mut values: Vec<f64> = runs.iter().map(f).collect();
+            values.sort_by(f64::total_cmp);
+            values.get(values.len() / 2).copied().unwrap_or_default()
+        };
+        let run = Run {
+            p50: Duration::from_secs_f64(median(|r| r.p50.as_secs_f64())),
+            p99: Duration::from_secs_f64(median(|r| r.p99.as_secs_f64())),
+            errors: runs.iter().map(|r| r.errors).sum(),
+            throughput: median(|r| r.throughput),
+        };
         println!(
             "{name:<18} {:>9.3} {:>9.3} {:>7} {:>12.0}",
             ms(run.p50),
