@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use llmscaler_certs::CertConfig;
 use llmscaler_e2e::fixture::install_crd;
@@ -329,6 +329,50 @@ async fn webhook_validates_defaults_and_recovers_its_certificates() -> anyhow::R
     );
     let stored = secrets.get(SECRET).await?;
     ensure!(secret_text(&stored, llmscaler_certs::CA_CERT) == a.ca_cert_pem);
+
+    // A CA with less than a third of its life left: the next CA is published beside it (in the
+    // Secret and in every caBundle) while the old one still signs, racing writers agree through
+    // the resourceVersion check, and admission keeps working throughout.
+    let aging = llmscaler_certs::pki::new_state(&cfg, now - time::Duration::days(300))?;
+    let mut current = secrets.get(SECRET).await?;
+    current.data = Some(aging.to_secret_data());
+    secrets
+        .replace(SECRET, &PostParams::default(), &current)
+        .await?;
+    let (a, b) = tokio::join!(
+        llmscaler_certs::sync_secret(&client, &cfg, now),
+        llmscaler_certs::sync_secret(&client, &cfg, now)
+    );
+    let (a, b) = (a?, b?);
+    ensure!(a == b, "racing writers disagree on the rotated state");
+    ensure!(a.ca_cert_pem == aging.ca_cert_pem, "the old CA still signs");
+    ensure!(a.next_ca_cert_pem.is_some(), "no next CA published");
+    ensure!(a.ca_bundle_pem().matches("BEGIN CERTIFICATE").count() == 2);
+    let overlap_bundle = base64_of(&a.ca_bundle_pem())?;
+    wait_for("both CAs in every caBundle", TIMEOUT, || {
+        let (client, cfg, overlap_bundle) = (client.clone(), cfg.clone(), overlap_bundle.clone());
+        async move {
+            let bundles = ca_bundles(&client, &cfg).await?;
+            Ok(if bundles.iter().all(|b| *b == overlap_bundle) {
+                Check::Done(())
+            } else {
+                Check::NotYet("caBundle without the next CA".into())
+            })
+        }
+    })
+    .await?;
+    wait_for("admission during the CA overlap", TIMEOUT, || {
+        let namespace = namespace.clone();
+        async move {
+            Ok(
+                match kubectl_apply(&scaler(&namespace, "during-overlap", "5"))? {
+                    Ok(_) => Check::Done(()),
+                    Err(stderr) => Check::NotYet(stderr),
+                },
+            )
+        }
+    })
+    .await?;
 
     let _ = stop.send(());
     serving.await??;
