@@ -44,6 +44,8 @@
 //! [`CA_CERT`], [`CA_KEY`], [`TLS_CERT`], [`TLS_KEY`], [`CA_BUNDLE`] always; [`NEXT_CA_CERT`] and
 //! [`NEXT_CA_KEY`] during a CA switch; [`PREVIOUS_CA_CERT`] after it. All PEM.
 
+#![warn(missing_docs)]
+
 pub mod pki;
 pub mod store;
 

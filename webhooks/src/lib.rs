@@ -16,6 +16,8 @@
 //! - [`cli`]: `llmscaler webhook --listen ADDR --tls-cert-file F --tls-key-file F`, the server
 //!   alone with no cluster.
 
+#![warn(missing_docs)]
+
 pub mod admission;
 pub mod cli;
 pub mod managed;
