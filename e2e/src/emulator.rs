@@ -68,6 +68,9 @@ pub struct Status {
     /// Waiting requests per Ready replica (NaN without Ready replicas), like
     /// `avg(vllm:num_requests_waiting)`.
     pub queue_per_replica: f64,
+    /// Running requests per Ready replica (NaN without Ready replicas), like
+    /// `avg(vllm:num_requests_running)`.
+    pub running_per_replica: f64,
     /// Whether every request has arrived.
     pub trace_done: bool,
     /// The run report so far.
@@ -118,14 +121,19 @@ impl Inner {
         let ready = self.fleet.ready_names();
         let metrics = self.fleet.metrics();
         let waiting: usize = metrics.iter().map(|m| m.waiting).sum();
+        let running: usize = metrics.iter().map(|m| m.running).sum();
+        let per_replica = |n: usize| {
+            if ready.is_empty() {
+                f64::NAN
+            } else {
+                n as f64 / ready.len() as f64
+            }
+        };
         Status {
             t_s: self.fleet.now_s(),
             arrived: self.fleet.report().arrived,
-            queue_per_replica: if ready.is_empty() {
-                f64::NAN
-            } else {
-                waiting as f64 / ready.len() as f64
-            },
+            queue_per_replica: per_replica(waiting),
+            running_per_replica: per_replica(running),
             ready,
             queue: self.fleet.queue(),
             trace_done: self.replay.finished(),

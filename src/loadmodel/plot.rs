@@ -1,6 +1,6 @@
-//! A replay's timeline as a picture: replicas (spec, desired, ready), the average queue per
-//! Ready replica against the scaler's target, and the arrival rate, over trace time, with the
-//! trace attribution in the footer.
+//! A replay's timeline as a picture: replicas (spec, desired, ready), the waiting and running
+//! requests per Ready replica against the scaler's targets, and the arrival rate, over trace
+//! time, with the trace attribution in the footer.
 
 use std::path::Path;
 
@@ -17,6 +17,8 @@ pub struct Sample {
     pub requests_per_s: f64,
     /// Waiting requests per Ready replica (the scaler's `avg(vllm:num_requests_waiting)`).
     pub queue: f64,
+    /// Running requests per Ready replica (`avg(vllm:num_requests_running)`).
+    pub running: f64,
     /// Ready replicas.
     pub ready: i32,
     /// The scaler's `status.desiredReplicas`.
@@ -37,17 +39,29 @@ pub struct PlotError {
 
 const SIZE: (u32, u32) = (1400, 1000);
 
+/// The scaler's targets per replica, for the dashed lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Targets {
+    /// Target of `avg(vllm:num_requests_waiting)`.
+    pub queue: Option<f64>,
+    /// Target of `avg(vllm:num_requests_running)`.
+    pub running: Option<f64>,
+}
+
 type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 /// Draws `samples` to a PNG at `path`: `title` on top, `footer` lines (summary, attribution)
-/// under the panels, `target` as a dashed line on the queue panel.
+/// under the panels, the scaler's targets for the queue and the running requests (when set) as
+/// dashed lines on the per-replica panel. That panel's axis stops at 2.5 times the larger
+/// target (or the largest value, if smaller); higher values are drawn at the top and the peak is
+/// named in its caption.
 ///
 /// # Errors
 /// [`PlotError`] when plotters fails (I/O, fonts).
 pub fn draw_png(
     path: &Path,
     samples: &[Sample],
-    target: Option<f64>,
+    targets: Targets,
     title: &str,
     footer: &[String],
 ) -> Result<(), PlotError> {
@@ -56,14 +70,14 @@ pub fn draw_png(
         message: e.to_string(),
     };
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-    draw_on(&root, samples, target, title, footer).map_err(|e| err(&e))?;
+    draw_on(&root, samples, targets, title, footer).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
 }
 
 fn draw_on<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     samples: &[Sample],
-    target: Option<f64>,
+    targets: Targets,
     title: &str,
     footer: &[String],
 ) -> DrawResult<DB> {
@@ -111,48 +125,79 @@ fn draw_on<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.8))
         .draw()?;
 
-    // Queue.
-    let max_queue = samples
+    // Per-replica load.
+    let finite = |v: f64| v.is_finite().then_some(v);
+    let peak = samples
         .iter()
-        .map(|s| s.queue)
-        .filter(|v| v.is_finite())
-        .fold(target.unwrap_or(0.0), f64::max)
-        .max(1.0);
+        .flat_map(|s| [finite(s.queue), finite(s.running)])
+        .flatten()
+        .fold(0.0, f64::max);
+    let top_target = targets
+        .queue
+        .into_iter()
+        .chain(targets.running)
+        .fold(0.0, f64::max);
+    let y_max = if top_target > 0.0 {
+        peak.min(2.5 * top_target).max(top_target * 1.2)
+    } else {
+        peak
+    }
+    .max(1.0);
+    let caption = if peak > y_max {
+        format!("requests per Ready replica (axis clipped at {y_max:.0}; peak {peak:.0})")
+    } else {
+        "requests per Ready replica".to_string()
+    };
     let mut chart = ChartBuilder::on(&panels[1])
-        .caption(
-            "waiting requests per Ready replica (avg vllm:num_requests_waiting)",
-            ("sans-serif", 20),
-        )
+        .caption(caption, ("sans-serif", 20))
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..t_end, 0.0..max_queue * 1.1)?;
+        .build_cartesian_2d(0.0..t_end, 0.0..y_max * 1.05)?;
     chart.configure_mesh().x_desc("trace time (min)").draw()?;
     let purple = RGBColor(128, 0, 160);
-    chart
-        .draw_series(LineSeries::new(
-            samples
-                .iter()
-                .filter(|s| s.queue.is_finite())
-                .map(|s| (minutes(s.t_s), s.queue)),
-            purple.stroke_width(2),
-        ))?
-        .label("queue")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], purple));
-    if let Some(target) = target {
+    let teal = RGBColor(0, 140, 140);
+    type Load = fn(&Sample) -> f64;
+    let loads: [(&str, RGBColor, Load, Option<f64>); 2] = [
+        (
+            "waiting (avg vllm:num_requests_waiting)",
+            purple,
+            |s| s.queue,
+            targets.queue,
+        ),
+        (
+            "running (avg vllm:num_requests_running)",
+            teal,
+            |s| s.running,
+            targets.running,
+        ),
+    ];
+    for (label, color, get, target) in loads {
         chart
-            .draw_series(DashedLineSeries::new(
-                [(0.0, target), (t_end, target)],
-                8,
-                6,
-                BLACK.stroke_width(1),
+            .draw_series(LineSeries::new(
+                samples
+                    .iter()
+                    .filter(|s| get(s).is_finite())
+                    .map(|s| (minutes(s.t_s), get(s).min(y_max * 1.05))),
+                color.stroke_width(2),
             ))?
-            .label(format!("target {target}"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        if let Some(target) = target {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, target), (t_end, target)],
+                    8,
+                    6,
+                    color.stroke_width(1),
+                ))?
+                .label(format!("target {target}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()?;
@@ -191,4 +236,33 @@ fn step_points(samples: &[Sample], point: impl Fn(&Sample) -> (f64, f64)) -> Vec
         out.push((next, y));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_a_png_with_clipped_peaks() {
+        let samples: Vec<Sample> = (0..30)
+            .map(|i| Sample {
+                t_s: f64::from(i) * 60.0,
+                requests_per_s: 10.0 + f64::from(i % 5),
+                queue: if i == 3 { 250.0 } else { 0.5 },
+                running: if i == 0 { f64::NAN } else { 11.0 },
+                ready: 2 + i % 3,
+                desired: 2 + i % 3,
+                replicas: 2 + i % 3,
+            })
+            .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.png");
+        let targets = Targets {
+            queue: Some(3.0),
+            running: Some(12.0),
+        };
+        draw_png(&path, &samples, targets, "test", &["footer".into()]).expect("drawn");
+        let bytes = std::fs::read(&path).expect("written");
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    }
 }

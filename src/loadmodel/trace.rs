@@ -151,10 +151,14 @@ impl SplitMix64 {
     }
 }
 
+/// Largest delay of a duplicated request after its original under [`scale`], trace seconds.
+pub const COPY_SPREAD_S: f64 = 1.0;
+
 /// Multiplies the arrival rate by `factor` (≥ 0): every request is kept `floor(factor)` times,
 /// plus once more with probability `fract(factor)`, drawn from a generator seeded with `seed`.
-/// Copies keep the original's sizes and arrive 1 µs apart, so the result stays sorted and is the
-/// same for the same input, factor and seed.
+/// The first copy keeps the original's arrival; further copies keep its sizes and arrive up to
+/// [`COPY_SPREAD_S`] later (uniform, seeded), so duplicates do not land as one burst. The result
+/// is sorted by arrival and is the same for the same input, factor and seed.
 pub fn scale(requests: &[Request], factor: f64, seed: u64) -> Vec<Request> {
     let factor = if factor.is_finite() {
         factor.max(0.0)
@@ -168,8 +172,13 @@ pub fn scale(requests: &[Request], factor: f64, seed: u64) -> Vec<Request> {
     for r in requests {
         let extra = usize::from(frac > 0.0 && rng.next_f64() < frac);
         for copy in 0..whole + extra {
+            let offset = if copy == 0 {
+                0.0
+            } else {
+                rng.next_f64() * COPY_SPREAD_S
+            };
             out.push(Request {
-                arrival_s: r.arrival_s + copy as f64 * 1e-6,
+                arrival_s: r.arrival_s + offset,
                 ..*r
             });
         }
@@ -246,6 +255,14 @@ mod tests {
         let ratio = a.len() as f64 / base.len() as f64;
         assert!((ratio - 2.5).abs() < 0.03, "ratio {ratio}");
         assert!(a.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+        // Copies follow their original within the spread, never before it.
+        let at_10: Vec<f64> = a
+            .iter()
+            .map(|r| r.arrival_s)
+            .filter(|t| (10.0..11.0).contains(t))
+            .collect();
+        assert!(at_10.len() >= 2 && at_10[0] == 10.0, "{at_10:?}");
+        assert!(at_10.iter().all(|t| *t < 10.0 + COPY_SPREAD_S));
 
         let thin = scale(&base, 0.25, 1);
         let ratio = thin.len() as f64 / base.len() as f64;

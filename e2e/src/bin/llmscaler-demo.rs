@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use llmscaler::loadmodel::ATTRIBUTION;
-use llmscaler::loadmodel::plot::{Sample, draw_png};
+use llmscaler::loadmodel::plot::{Sample, Targets, draw_png};
 use llmscaler_e2e::emulator::{Config, Emulator, ModelArgs, load_trace};
 use llmscaler_e2e::fixture::{deployment_manifest, install_crd};
 use llmscaler_e2e::operator::{Operator, Rbac, run_command};
@@ -68,14 +68,21 @@ struct Args {
     /// The scaler's scaleDown.stabilizationWindowSeconds (wall).
     #[arg(long, default_value_t = 30)]
     stabilization_window_seconds: u64,
+    /// Replicas of the Deployment when it is created (before the scaler takes over).
+    #[arg(long, default_value_t = 4)]
+    initial_replicas: i32,
+    /// Trace seconds replayed on the initial replicas before the LLMScaler is created (its first
+    /// sync then sees load, not an idle fleet).
+    #[arg(long, default_value_t = 60.0)]
+    warmup_trace_seconds: f64,
     /// minReplicas.
     #[arg(long, default_value_t = 1)]
     min_replicas: i32,
     /// maxReplicas.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 16)]
     max_replicas: i32,
     /// Wall seconds to keep going after the last arrival (to show the scale-down).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 45)]
     tail_seconds: u64,
     /// Stop after this many trace seconds (default: the whole trace).
     #[arg(long)]
@@ -203,12 +210,9 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
     let kubeconfig = rbac.kubeconfig.clone();
     started.rbac = Some(rbac);
 
-    apply(&deployment_manifest(
-        ns,
-        WORKLOAD,
-        Some(args.min_replicas.max(1)),
-    ))?;
-    wait_ready(&client, ns, args.min_replicas.max(1)).await?;
+    let initial = args.initial_replicas.max(1);
+    apply(&deployment_manifest(ns, WORKLOAD, Some(initial)))?;
+    wait_ready(&client, ns, initial).await?;
 
     let emulator = Emulator::start(
         client.clone(),
@@ -248,7 +252,7 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
             "target": args.running_target,
         }));
     }
-    apply(&json!({
+    let scaler = json!({
         "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
         "kind": "LLMScaler",
         "metadata": {"name": SCALER, "namespace": ns},
@@ -262,10 +266,11 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
             "metrics": metrics,
             "scaleDown": {"stabilizationWindowSeconds": args.stabilization_window_seconds},
         }
-    }))?;
+    });
     progress(&format!(
-        "LLMScaler {SCALER}: {query} target {} per replica (running target {:?}), replicas \
+        "LLMScaler {SCALER} (created after {} trace seconds of warm-up): {query} target {} per replica (running target {:?}), replicas \
          {}..{}, sync {}s, scale-down window {}s",
+        args.warmup_trace_seconds,
         args.target,
         args.running_target,
         args.min_replicas,
@@ -274,7 +279,7 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
         args.stabilization_window_seconds
     ));
 
-    let samples = replay(args, started, &client, end_trace_s).await?;
+    let samples = replay(args, started, &client, end_trace_s, &scaler).await?;
     let Some(emulator) = started.emulator.as_ref() else {
         anyhow::bail!("the emulator is gone");
     };
@@ -293,6 +298,7 @@ async fn replay(
     started: &Started,
     client: &Client,
     end_trace_s: f64,
+    scaler: &Value,
 ) -> anyhow::Result<Vec<Observed>> {
     let Some(emulator) = started.emulator.as_ref() else {
         anyhow::bail!("the emulator is not running");
@@ -315,17 +321,26 @@ async fn replay(
     let wall_start = Instant::now();
     progress("replay started; one line per sync period");
     println!(
-        "{:>6}  {:>9}  {:>7}  {:>7}  {:>5}  {:>7}  {:>8}",
-        "wall", "trace", "req/s", "queue", "ready", "desired", "replicas"
+        "{:>6}  {:>9}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {:>8}",
+        "wall", "trace", "req/s", "queue", "running", "ready", "desired", "replicas"
     );
     let mut samples: Vec<Observed> = Vec::new();
     let mut interval = tokio::time::interval(Duration::from_secs(1));
     let mut last = (0.0f64, 0u64);
     let mut last_print: Option<Instant> = None;
     let mut done_at: Option<Instant> = None;
+    let mut scaler_created = false;
     loop {
         interval.tick().await;
         let status = emulator.status();
+        if !scaler_created && status.t_s >= args.warmup_trace_seconds {
+            apply(scaler)?;
+            scaler_created = true;
+            println!(
+                "-- LLMScaler {SCALER} created at trace {:.1} min",
+                status.t_s / 60.0
+            );
+        }
         let (replicas, ready) = match deployments.get(WORKLOAD).await {
             Ok(d) => (
                 d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
@@ -339,9 +354,13 @@ async fn replay(
                 continue;
             }
         };
-        let desired = match scalers.get(SCALER).await {
-            Ok(s) => s.data["status"]["desiredReplicas"].as_i64().unwrap_or(0) as i32,
-            Err(_) => 0,
+        // Before the scaler exists (or has synced once), the Deployment's own value.
+        let desired = match scalers.get_opt(SCALER).await {
+            Ok(Some(s)) => s.data["status"]["desiredReplicas"]
+                .as_i64()
+                .and_then(|d| i32::try_from(d).ok())
+                .unwrap_or(replicas),
+            Ok(None) | Err(_) => replicas,
         };
         let dt = status.t_s - last.0;
         let rate = if dt > 0.0 {
@@ -355,6 +374,7 @@ async fn replay(
             t_s: status.t_s,
             requests_per_s: rate,
             queue: status.queue_per_replica,
+            running: status.running_per_replica,
             ready,
             desired,
             replicas,
@@ -371,11 +391,12 @@ async fn replay(
                 .sum::<f64>()
                 / args.sync_seconds.max(1).min(samples.len() as u64) as f64;
             println!(
-                "{:>5.0}s  {:>6.1}min  {:>7.1}  {:>7.2}  {:>5}  {:>7}  {:>8}",
+                "{:>5.0}s  {:>6.1}min  {:>7.1}  {:>7.2}  {:>7.1}  {:>5}  {:>7}  {:>8}",
                 wall_s,
                 status.t_s / 60.0,
                 rate_window,
                 status.queue_per_replica,
+                status.running_per_replica,
                 ready,
                 desired,
                 replicas
@@ -475,14 +496,15 @@ fn write_outputs(
     let summary_path = args.out.join("summary.txt");
     std::fs::write(&summary_path, &summary)?;
 
-    let mut csv =
-        format!("# {ATTRIBUTION}\nwall_s,trace_s,requests_per_s,queue,ready,desired,replicas\n");
+    let mut csv = format!(
+        "# {ATTRIBUTION}\nwall_s,trace_s,requests_per_s,queue,running,ready,desired,replicas\n"
+    );
     for o in samples {
         let s = o.sample;
         let _ = writeln!(
             csv,
-            "{:.1},{:.1},{:.3},{:.3},{},{},{}",
-            o.wall_s, s.t_s, s.requests_per_s, s.queue, s.ready, s.desired, s.replicas
+            "{:.1},{:.1},{:.3},{:.3},{:.3},{},{},{}",
+            o.wall_s, s.t_s, s.requests_per_s, s.queue, s.running, s.ready, s.desired, s.replicas
         );
     }
     std::fs::write(args.out.join("timeline.csv"), csv)?;
@@ -500,7 +522,10 @@ fn write_outputs(
     draw_png(
         &png,
         &plotted,
-        target.is_finite().then_some(target),
+        Targets {
+            queue: target.is_finite().then_some(target),
+            running: args.running_target.parse().ok(),
+        },
         &format!(
             "llmscaler on the Azure conversation trace (scale {}, {}x speed)",
             args.scale, args.speed
