@@ -176,12 +176,25 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
+#[tokio::test]
 #[ignore = "needs e2e/cluster up"]
-fn kubectl_explains_the_crd_and_prints_its_columns() -> anyhow::Result<()> {
+async fn kubectl_explains_the_crd_and_prints_its_columns() -> anyhow::Result<()> {
     let kubectl = llmscaler_e2e::kubectl_path();
     llmscaler_e2e::fixture::install_crd()?;
-    let explain = run_command(&kubectl, &["explain", "llmscaler.spec.scaleDown"], None)?;
+    // The API server publishes a new CRD's OpenAPI a moment after it is Established.
+    let explain = llmscaler_e2e::wait_for(
+        "kubectl explain llmscaler.spec.scaleDown",
+        std::time::Duration::from_secs(60),
+        || async {
+            Ok(
+                match run_command(&kubectl, &["explain", "llmscaler.spec.scaleDown"], None) {
+                    Ok(text) => llmscaler_e2e::Check::Done(text),
+                    Err(err) => llmscaler_e2e::Check::NotYet(err.to_string()),
+                },
+            )
+        },
+    )
+    .await?;
     println!("{explain}");
     for needle in [
         "stabilizationWindowSeconds",
