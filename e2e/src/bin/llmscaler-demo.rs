@@ -75,6 +75,10 @@ struct Args {
     /// sync then sees load, not an idle fleet).
     #[arg(long, default_value_t = 60.0)]
     warmup_trace_seconds: f64,
+    /// Model start-up time, trace seconds: the pod-ready delay asked of kwok (divided by
+    /// `--speed`). Takes effect only on a cluster with the stages of `e2e/kwok-stages.yaml`.
+    #[arg(long, default_value_t = 90.0)]
+    startup_trace_seconds: f64,
     /// minReplicas.
     #[arg(long, default_value_t = 1)]
     min_replicas: i32,
@@ -97,6 +101,8 @@ const WORKLOAD: &str = "vllm";
 const SCALER: &str = "vllm";
 /// Helm release name of the RBAC (and the ServiceAccount's name).
 const RELEASE: &str = "llmscaler-demo";
+/// Pod annotation read by the delayed pod-ready stage of `e2e/kwok-stages.yaml` (a Go duration).
+const KWOK_READY_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 /// Field manager of what the demo applies.
 const MANAGER: &str = "llmscaler-demo";
 
@@ -211,7 +217,13 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
     started.rbac = Some(rbac);
 
     let initial = args.initial_replicas.max(1);
-    apply(&deployment_manifest(ns, WORKLOAD, Some(initial)))?;
+    let mut deployment = deployment_manifest(ns, WORKLOAD, Some(initial));
+    // Model start-up: kwok's pod-ready stage waits this long when the cluster runs the stage set
+    // of e2e/kwok-stages.yaml; kwok's default fast stages ignore it (pods are Ready at once).
+    deployment["spec"]["template"]["metadata"]["annotations"] = json!({
+        KWOK_READY_DELAY: format!("{}ms", (args.startup_trace_seconds / args.speed * 1000.0).round()),
+    });
+    apply(&deployment)?;
     wait_ready(&client, ns, initial).await?;
 
     let emulator = Emulator::start(
