@@ -209,9 +209,11 @@ impl Replica {
             }
         }
         let prefill_tokens = p.prefill_chunk_tokens - budget;
-        let dt = p.step_base_s
+        // At least 1 µs, so that zero step times given as flags cannot stall the clock.
+        let dt = (p.step_base_s
             + p.step_per_seq_s * self.running.len() as f64
-            + f64::from(prefill_tokens) / p.prefill_tokens_per_s;
+            + f64::from(prefill_tokens) / p.prefill_tokens_per_s)
+            .max(1e-6);
         let end = self.clock_s + dt;
         for &i in &prefill_done {
             let seq = &mut self.running[i];
