@@ -158,10 +158,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             };
             let _ = lost_tx.send(true);
             // The controller stops taking work; give in-flight syncs a bounded time.
-            if tokio::time::timeout(Duration::from_secs(10), controller)
+            let mut controller = controller;
+            if tokio::time::timeout(Duration::from_secs(10), &mut controller)
                 .await
                 .is_err()
             {
+                // A follower must not write: stop it for good.
+                controller.abort();
                 tracing::warn!("controller did not stop within 10 s");
             }
             if stop {

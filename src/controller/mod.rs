@@ -337,7 +337,7 @@ async fn sync(
         let why = if err.is_not_found() {
             reason::TARGET_NOT_FOUND
         } else {
-            reason::WRITE_FAILED
+            reason::TARGET_UNREADABLE
         };
         vec![
             ConditionSpec::new(condition::READY, false, why, err.to_string()),
@@ -406,16 +406,23 @@ async fn sync(
         ctx.with_memory(&key, |m| m.history = Some(history.clone()));
     }
 
-    let written_before = scaler
+    // The field was ours before when the last status says so (survives restarts).
+    let claimed_before = scaler
         .status
         .as_ref()
-        .is_some_and(|s| s.last_scale_time.is_some());
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == condition::REPLICAS_CONTESTED
+                && (c.reason == reason::OWNED || c.reason == reason::OTHER_FIELD_MANAGER)
+        });
     // Contested: another manager took spec.replicas from us (an Update or a forced apply of
     // another value removes our ownership; an apply of the same value only shares it).
     let contested_by = state
         .other_replicas_managers
         .first()
-        .filter(|_| written_before && !state.owns_replicas)
+        .filter(|_| claimed_before && !state.owns_replicas)
         .cloned();
     let changes = decision.replicas != state.spec_replicas;
     // Claim the field on first contact, and re-assert it after a contest, at most once per sync
@@ -476,7 +483,7 @@ async fn sync(
                 able = ConditionSpec::new(
                     condition::ABLE_TO_SCALE,
                     false,
-                    reason::WRITE_FAILED,
+                    reason::DELETION_COST_FAILED,
                     message,
                 );
             }
@@ -584,12 +591,21 @@ async fn sync(
             ),
         ),
         None => recent_contest(scaler, now_ms).unwrap_or_else(|| {
-            ConditionSpec::new(
-                condition::REPLICAS_CONTESTED,
-                false,
-                reason::OWNED,
-                "llmscaler is the only field manager of spec.replicas",
-            )
+            if state.owns_replicas || wrote_replicas.is_some() {
+                ConditionSpec::new(
+                    condition::REPLICAS_CONTESTED,
+                    false,
+                    reason::OWNED,
+                    "llmscaler owns spec.replicas",
+                )
+            } else {
+                ConditionSpec::new(
+                    condition::REPLICAS_CONTESTED,
+                    false,
+                    reason::NOT_CLAIMED,
+                    "llmscaler has not written spec.replicas yet",
+                )
+            }
         }),
     };
     conditions.extend([ready, active, able, limited, contested]);
@@ -599,7 +615,8 @@ async fn sync(
         desired_replicas: Some(decision.desired),
         wrote_replicas,
         conditions,
-        history: (policy.window_ms > 0).then_some((history, refresh_ms)),
+        // Without a window nothing is kept (an earlier window's records are dropped).
+        history: Some((history, refresh_ms)),
         requeue: sync_period,
     }
 }

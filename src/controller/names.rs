@@ -60,6 +60,12 @@ pub mod reason {
     pub const OTHER_FIELD_MANAGER: &str = "OtherFieldManager";
     /// The operator owns `spec.replicas`.
     pub const OWNED: &str = "OwnedByLLMScaler";
+    /// The operator has not written `spec.replicas` yet (nothing measurable since it started).
+    pub const NOT_CLAIMED: &str = "NotClaimed";
+    /// Reading the target failed for another reason than not-found (RBAC, timeouts).
+    pub const TARGET_UNREADABLE: &str = "TargetUnreadable";
+    /// The `deletionCostQuery` or the pod marking failed: the scale-down waits.
+    pub const DELETION_COST_FAILED: &str = "DeletionCostFailed";
     /// Event: replicas raised.
     pub const SCALED_UP: &str = "ScaledUp";
     /// Event: replicas lowered.

@@ -42,7 +42,7 @@ impl ConditionSpec {
 }
 
 /// Merges new conditions into the previous ones: `lastTransitionTime` changes only when the
-/// status flips (spec §7). Returns the conditions and the types that flipped (or appeared).
+/// status flips (spec §7); previous conditions of types not in `wanted` are kept as they were. Returns the conditions and the types that flipped (or appeared).
 pub fn merge_conditions(
     previous: &[Condition],
     wanted: &[ConditionSpec],
@@ -72,6 +72,15 @@ pub fn merge_conditions(
             }
         })
         .collect();
+    // A sync that could not decide every condition (target missing, invalid spec) keeps the
+    // others as they were, e.g. a recent `ReplicasContested=True`.
+    let mut conditions: Vec<Condition> = conditions;
+    conditions.extend(
+        previous
+            .iter()
+            .filter(|p| wanted.iter().all(|w| w.type_ != p.type_))
+            .cloned(),
+    );
     (conditions, flipped)
 }
 
@@ -196,6 +205,19 @@ mod tests {
         let (third, flipped) = merge_conditions(&second, &down, Some(1), t1);
         assert_eq!(flipped.len(), 1);
         assert_eq!(third[0].last_transition_time, Time(t1));
+        let other = [ConditionSpec::new(
+            "AbleToScale",
+            false,
+            "TargetNotFound",
+            "gone",
+        )];
+        let (fourth, _) = merge_conditions(&third, &other, Some(1), t1);
+        let types: Vec<&str> = fourth.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            ["AbleToScale", "Ready"],
+            "undecided conditions are kept"
+        );
     }
 
     #[test]

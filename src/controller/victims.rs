@@ -74,11 +74,11 @@ pub fn plan(
             )
         })
         .collect();
-    // Pods with a cost before pods without, lowest cost first, then newest first.
+    // Lowest cost first (a pod without a value keeps no annotation: cost 0 for the ReplicaSet),
+    // then newest first.
     ranked.sort_by(|(a, ca), (b, cb)| {
-        let key = |c: &Option<i32>| c.map_or((1, 0), |v| (0, v));
-        key(ca)
-            .cmp(&key(cb))
+        ca.unwrap_or(0)
+            .cmp(&cb.unwrap_or(0))
             .then(b.created.cmp(&a.created))
             .then(a.name.cmp(&b.name))
     });
@@ -292,7 +292,9 @@ mod tests {
             ("c".to_string(), 7.2),
         ]);
         let p = plan(&pods, 2, Some(&costs));
-        assert_eq!(p.victims, vec!["a", "c"]);
+        // d has no value: its stale cost is cleared, so the ReplicaSet sees cost 0, like a
+        // (0.4 -> 0); on the tie the newer pod goes first, as the ReplicaSet ranks them.
+        assert_eq!(p.victims, vec!["d", "a"]);
         assert_eq!(
             p.set,
             BTreeMap::from([("a".to_string(), 0), ("b".to_string(), 13)])

@@ -82,6 +82,14 @@ impl History {
     /// Keeps the window maximum correct with fewer records (see [`History::dominant`]).
     fn compact(&mut self) {
         self.records = self.dominant();
+        // Strictly decreasing records are all dominant; keep the newest, and the maximum.
+        if self.records.len() > MAX_RECORDS {
+            let max = self.records[0];
+            let newest = self
+                .records
+                .split_off(self.records.len() - (MAX_RECORDS - 1));
+            self.records = std::iter::once(max).chain(newest).collect();
+        }
     }
 }
 
