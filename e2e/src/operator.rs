@@ -57,11 +57,20 @@ pub fn run_command(program: &str, args: &[&str], stdin: Option<&str>) -> anyhow:
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The chart's RBAC and ServiceAccount, installed for one test under release `release` in
-/// `namespace`, and a kubeconfig holding a token of that ServiceAccount.
+/// How [`Rbac::delete`] removes what was installed.
+enum Installed {
+    /// Manifests rendered by `helm template` and applied with kubectl.
+    Manifests(String),
+    /// A Helm release: `(release, namespace)`.
+    Release(String, String),
+}
+
+/// The chart's RBAC and ServiceAccount (alone, or with the whole chart as a Helm release)
+/// installed under release `release` in `namespace`, and a kubeconfig holding a token of that
+/// ServiceAccount.
 pub struct Rbac {
-    /// The rendered manifests (deleted by [`Rbac::delete`]).
-    manifests: String,
+    installed: Installed,
+    deleted: std::sync::atomic::AtomicBool,
     /// Kubeconfig authenticating as the ServiceAccount.
     pub kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
@@ -93,11 +102,58 @@ impl Rbac {
         }
         let manifests = run_command(&helm_path(), &args, None)?;
         run_command(&kubectl_path(), &["apply", "-f", "-"], Some(&manifests))?;
-        let service_account = if release.contains("llmscaler") {
+        Self::with_token(Installed::Manifests(manifests), release, namespace)
+    }
+
+    /// `helm upgrade --install` of the whole chart in out-of-cluster mode: the webhook
+    /// configurations call `https://127.0.0.1:<webhook_port>` and only admit LLMScalers of
+    /// `namespace`; no operator Deployment. Then a ServiceAccount token as in [`Rbac::install`].
+    ///
+    /// # Errors
+    /// When helm, kubectl or the kubeconfig fail.
+    pub fn helm_install(release: &str, namespace: &str, webhook_port: u16) -> anyhow::Result<Self> {
+        let chart = chart_dir();
+        let chart = chart.to_str().context("chart path is not UTF-8")?;
+        let url = format!("outOfCluster.url=https://127.0.0.1:{webhook_port}");
+        let selector = format!(
+            "webhook.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name={namespace}"
+        );
+        run_command(
+            &helm_path(),
+            &[
+                "upgrade",
+                "--install",
+                release,
+                chart,
+                "--namespace",
+                namespace,
+                "--set",
+                "outOfCluster.enabled=true",
+                "--set",
+                &url,
+                "--set",
+                &selector,
+            ],
+            None,
+        )?;
+        Self::with_token(
+            Installed::Release(release.to_string(), namespace.to_string()),
+            release,
+            namespace,
+        )
+    }
+
+    /// The chart's ServiceAccount name for `release` (its full name).
+    pub fn service_account(release: &str) -> String {
+        if release.contains("llmscaler") {
             release.to_string()
         } else {
             format!("{release}-llmscaler")
-        };
+        }
+    }
+
+    fn with_token(installed: Installed, release: &str, namespace: &str) -> anyhow::Result<Self> {
+        let service_account = Self::service_account(release);
         let token = run_command(
             &kubectl_path(),
             &[
@@ -123,23 +179,49 @@ impl Rbac {
         let kubeconfig = dir.path().join("kubeconfig.json");
         std::fs::write(&kubeconfig, serde_json::to_vec(&config)?)?;
         Ok(Self {
-            manifests,
+            installed,
+            deleted: std::sync::atomic::AtomicBool::new(false),
             kubeconfig,
             _dir: dir,
         })
     }
 
-    /// Deletes what [`Rbac::install`] applied (cluster-scoped roles outlive the namespace).
+    /// Deletes what was installed (cluster-scoped roles and webhook configurations outlive the
+    /// namespace): `kubectl delete` of the manifests, or `helm uninstall` of the release.
     ///
     /// # Errors
-    /// When kubectl fails.
+    /// When kubectl or helm fail.
     pub fn delete(&self) -> anyhow::Result<()> {
-        run_command(
-            &kubectl_path(),
-            &["delete", "--ignore-not-found", "--wait=false", "-f", "-"],
-            Some(&self.manifests),
-        )
+        self.deleted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        match &self.installed {
+            Installed::Manifests(manifests) => run_command(
+                &kubectl_path(),
+                &["delete", "--ignore-not-found", "--wait=false", "-f", "-"],
+                Some(manifests),
+            ),
+            Installed::Release(release, namespace) => run_command(
+                &helm_path(),
+                &[
+                    "uninstall",
+                    release,
+                    "--namespace",
+                    namespace,
+                    "--ignore-not-found",
+                ],
+                None,
+            ),
+        }
         .map(drop)
+    }
+}
+
+impl Drop for Rbac {
+    /// A test that failed before its cleanup must not leave cluster-scoped roles behind.
+    fn drop(&mut self) {
+        if !self.deleted.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = self.delete();
+        }
     }
 }
 

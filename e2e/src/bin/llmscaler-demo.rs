@@ -202,17 +202,13 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
     fresh_namespace(&client, ns).await?;
     started.namespace = Some(ns.to_string());
     progress(&format!(
-        "namespace {ns} created; installing the chart's RBAC"
+        "namespace {ns} created; installing the chart (out of cluster: RBAC, webhook configurations)"
     ));
 
-    // ---- LEAD: chart install goes here -------------------------------------------------------
-    // Until the chart's out-of-cluster value lands, the demo renders and applies only
-    // templates/serviceaccount.yaml + templates/rbac.yaml (like the e2e tests). Replace this
-    // block with `helm install <release> charts/llmscaler --namespace <ns> --set <out-of-cluster
-    // value>` (and `helm uninstall` in Started::cleanup), keeping the ServiceAccount kubeconfig
-    // below for the operator.
-    let rbac = Rbac::install(RELEASE, ns, &[])?;
-    // ---- end of the chart install ------------------------------------------------------------
+    // The chart, out of cluster: RBAC, ServiceAccount and webhook configurations that call the
+    // operator below on loopback (it creates its CA and injects the caBundle).
+    let webhook_port = llmscaler_e2e::free_port()?;
+    let rbac = Rbac::helm_install(RELEASE, ns, webhook_port)?;
     let kubeconfig = rbac.kubeconfig.clone();
     started.rbac = Some(rbac);
 
@@ -247,7 +243,21 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
         "emulator http://{emulator_addr}/metrics, Prometheus {prometheus_url}"
     ));
 
-    let operator = Operator::start(&kubeconfig, ns, "demo", &[]).await?;
+    let fullname = Rbac::service_account(RELEASE);
+    let operator = Operator::start(
+        &kubeconfig,
+        ns,
+        "demo",
+        &[
+            &format!("--webhook-listen=127.0.0.1:{webhook_port}"),
+            "--webhook-extra-san=127.0.0.1",
+            &format!("--cert-secret={fullname}-webhook-tls"),
+            &format!("--webhook-service={fullname}"),
+            &format!("--validating-webhook-configuration={fullname}"),
+            &format!("--mutating-webhook-configuration={fullname}"),
+        ],
+    )
+    .await?;
     progress(&format!(
         "operator running (pid {}), metrics http://{}/metrics",
         operator.pid().unwrap_or(0),
