@@ -94,19 +94,36 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     });
     // The webhook serves on every replica, leader or not, until shutdown.
     let webhook = if args.no_webhook {
+        telemetry.set_ready(true);
         None
     } else {
         let mut stop = stop_rx.clone();
         let (client, namespace, webhook_args) =
             (client.clone(), args.namespace.clone(), args.webhook.clone());
+        let ready = telemetry.clone();
+        let listen = args.webhook.webhook_listen;
         Some(tokio::spawn(async move {
-            llmscaler_webhooks::managed::run(client, &namespace, &webhook_args, async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            })
-            .await
+            let serving =
+                llmscaler_webhooks::managed::run(client, &namespace, &webhook_args, async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                });
+            tokio::pin!(serving);
+            // Ready once the webhook accepts connections (it first loads or creates its
+            // certificate); not ready again if it stops.
+            let result = tokio::select! {
+                result = &mut serving => result,
+                () = wait_listening(listen) => {
+                    ready.set_ready(true);
+                    serving.await
+                }
+            };
+            ready.set_ready(false);
+            if let Err(err) = &result {
+                tracing::error!(error = %err, "the admission webhook stopped");
+            }
+            result
         }))
     };
-    telemetry.set_ready(true);
 
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -192,6 +209,22 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             }
         },
         None => Ok(()),
+    }
+}
+
+/// Returns once a TCP connection to `addr` succeeds (an unspecified address is reached on
+/// loopback), polling every 100 ms.
+async fn wait_listening(addr: SocketAddr) {
+    let mut target = addr;
+    if target.ip().is_unspecified() {
+        target.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    while tokio::net::TcpStream::connect(target).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
