@@ -358,22 +358,14 @@ async fn scales_to_zero_and_wakes_then_steps_down_with_the_settle_guard() -> any
 async fn steady_state_with_a_window_writes_status_once_per_refresh_interval() -> anyhow::Result<()>
 {
     let mut world = World::new("ctl-steady").await?;
-    world.create_deployment("vllm", 2).await?;
-    world.wait_replicas("vllm", 2, MINUTE).await?;
-    world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"steady\"", 0.5)]);
     // window 20 s, sync 1 s: the history is refreshed in status every 5 s (a quarter window).
     world
-        .create_scaler(
-            "chat",
-            queue_scaler_spec(
-                &world.prometheus.url(),
-                deployment_ref("vllm"),
-                "steady",
-                (1, 5),
-                json!({"scaleDown": {"stabilizationWindowSeconds": 20}}),
-            ),
+        .queue_scaled_deployment(
+            2,
+            "steady",
+            0.5,
+            (1, 5),
+            json!({"scaleDown": {"stabilizationWindowSeconds": 20}}),
         )
         .await?;
     world.start_operator("steady-0", &[]).await?;

@@ -107,25 +107,7 @@ const KWOK_READY_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 const MANAGER: &str = "llmscaler-demo";
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("llmscaler-demo: cannot start the runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(main_async(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("llmscaler-demo: error: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    llmscaler_e2e::block_on_main("llmscaler-demo", main_async(Args::parse()))
 }
 
 /// What the demo started, stopped in [`Started::cleanup`] whatever happened.

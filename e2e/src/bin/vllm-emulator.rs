@@ -51,25 +51,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("vllm-emulator: cannot start the runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("vllm-emulator: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    llmscaler_e2e::block_on_main("vllm-emulator", run(Args::parse()))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
