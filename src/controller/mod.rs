@@ -73,6 +73,8 @@ impl ControllerError {
 struct Memory {
     /// When `spec.replicas` was last re-asserted against another manager, ms.
     last_reassert_ms: Option<i64>,
+    /// When the latest contest was seen, ms.
+    last_contest_ms: Option<i64>,
     /// `deletionCostQuery` under Custom was logged once.
     warned_cost_query: bool,
     /// The stabilization history while this process leads (status holds a copy refreshed at
@@ -424,6 +426,9 @@ async fn sync(
         .first()
         .filter(|_| claimed_before && !state.owns_replicas)
         .cloned();
+    if contested_by.is_some() {
+        ctx.with_memory(&key, |m| m.last_contest_ms = Some(now_ms));
+    }
     let changes = decision.replicas != state.spec_replicas;
     // Claim the field on first contact, and re-assert it after a contest, at most once per sync
     // period.
@@ -590,23 +595,24 @@ async fn sync(
                 target_ref.kind, target_ref.name
             ),
         ),
-        None => recent_contest(scaler, now_ms).unwrap_or_else(|| {
-            if state.owns_replicas || wrote_replicas.is_some() {
-                ConditionSpec::new(
-                    condition::REPLICAS_CONTESTED,
-                    false,
-                    reason::OWNED,
-                    "llmscaler owns spec.replicas",
-                )
-            } else {
-                ConditionSpec::new(
-                    condition::REPLICAS_CONTESTED,
-                    false,
-                    reason::NOT_CLAIMED,
-                    "llmscaler has not written spec.replicas yet",
-                )
-            }
-        }),
+        None => recent_contest(scaler, now_ms, ctx.with_memory(&key, |m| m.last_contest_ms))
+            .unwrap_or_else(|| {
+                if state.owns_replicas || wrote_replicas.is_some() {
+                    ConditionSpec::new(
+                        condition::REPLICAS_CONTESTED,
+                        false,
+                        reason::OWNED,
+                        "llmscaler owns spec.replicas",
+                    )
+                } else {
+                    ConditionSpec::new(
+                        condition::REPLICAS_CONTESTED,
+                        false,
+                        reason::NOT_CLAIMED,
+                        "llmscaler has not written spec.replicas yet",
+                    )
+                }
+            }),
     };
     conditions.extend([ready, active, able, limited, contested]);
 
@@ -625,9 +631,13 @@ async fn sync(
 /// contest is visible in `kubectl get`/`describe` and not only for one sync.
 pub const CONTEST_MEMORY: Duration = Duration::from_secs(300);
 
-/// The previous `ReplicasContested=True` condition, kept while it is younger than
-/// [`CONTEST_MEMORY`].
-fn recent_contest(scaler: &LLMScaler, now_ms: i64) -> Option<ConditionSpec> {
+/// The previous `ReplicasContested=True` condition, kept for [`CONTEST_MEMORY`] after the latest
+/// contest this process saw (or after the condition's transition, after a restart).
+fn recent_contest(
+    scaler: &LLMScaler,
+    now_ms: i64,
+    last_contest_ms: Option<i64>,
+) -> Option<ConditionSpec> {
     let previous = scaler
         .status
         .as_ref()?
@@ -635,7 +645,12 @@ fn recent_contest(scaler: &LLMScaler, now_ms: i64) -> Option<ConditionSpec> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == condition::REPLICAS_CONTESTED && c.status == "True")?;
-    let age_ms = now_ms - previous.last_transition_time.0.as_millisecond();
+    let since = previous
+        .last_transition_time
+        .0
+        .as_millisecond()
+        .max(last_contest_ms.unwrap_or(i64::MIN));
+    let age_ms = now_ms - since;
     let memory_ms = i64::try_from(CONTEST_MEMORY.as_millis()).unwrap_or(i64::MAX);
     (age_ms < memory_ms).then(|| {
         ConditionSpec::new(
