@@ -45,10 +45,11 @@ pub fn spec_warnings(spec: &LLMScalerSpec) -> Vec<String> {
     warnings
 }
 
-/// Whether a PromQL expression's outermost operation is an aggregation or a function that
-/// returns a single series (`avg(...)`, `sum by () (...)`, `scalar(...)`, `vector(...)`, a
-/// number). Binary expressions count as aggregated when either side starts aggregated, which
-/// keeps `sum(a) / sum(b)` free of warnings.
+/// Whether a PromQL expression starts with an aggregation or a single-series function (`avg(...)`,
+/// `sum by (...) (...)`, `topk(...)`, `scalar(...)`, `vector(...)`, a number). A heuristic for a
+/// warning, not a rule: only the leading operation is looked at, so `sum(a) / sum(b)` passes and
+/// `rate(a[1m]) / sum(b)` warns; `sum by (x)` and `topk` can still return several series, which
+/// the operator reports at run time ("aggregate it").
 fn is_aggregated(query: &str) -> bool {
     const SINGLE_SERIES: [&str; 14] = [
         "sum",
