@@ -112,7 +112,7 @@ fn draw_on<DB: DrawingBackend>(
     for (label, color, get) in lines {
         chart
             .draw_series(LineSeries::new(
-                step_points(samples, |s| (minutes(s.t_s), get(s))),
+                crate::simulate::plot::step_points(samples, |s| (minutes(s.t_s), get(s))),
                 color.stroke_width(2),
             ))?
             .label(label)
@@ -224,18 +224,6 @@ fn draw_on<DB: DrawingBackend>(
         ))?;
     }
     Ok(())
-}
-
-/// A step line: each value holds until the next sample.
-fn step_points(samples: &[Sample], point: impl Fn(&Sample) -> (f64, f64)) -> Vec<(f64, f64)> {
-    let mut out = Vec::with_capacity(samples.len() * 2);
-    for (i, s) in samples.iter().enumerate() {
-        let (x, y) = point(s);
-        out.push((x, y));
-        let next = samples.get(i + 1).map_or(x, |n| point(n).0);
-        out.push((next, y));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ fn draw_on<DB: DrawingBackend>(
     for (label, color, get) in series {
         chart
             .draw_series(LineSeries::new(
-                step_points(steps, |s| f64::from(get(s))),
+                step_points(steps, |s| (s.t_seconds, f64::from(get(s)))),
                 color.stroke_width(2),
             ))?
             .label(label)
@@ -134,13 +134,14 @@ fn draw_on<DB: DrawingBackend>(
     Ok(())
 }
 
-/// A step line: each value holds until the next row.
-fn step_points(steps: &[Step], value: impl Fn(&Step) -> f64) -> Vec<(f64, f64)> {
-    let mut points = Vec::with_capacity(steps.len() * 2);
-    for (i, step) in steps.iter().enumerate() {
-        let y = value(step);
-        points.push((step.t_seconds, y));
-        let next = steps.get(i + 1).map_or(step.t_seconds, |n| n.t_seconds);
+/// A step line through `items` in time order: each `(x, y)` holds until the next item's `x`.
+/// Shared by the `simulate` plot and the demo's plot (`crate::loadmodel`).
+pub(crate) fn step_points<T>(items: &[T], point: impl Fn(&T) -> (f64, f64)) -> Vec<(f64, f64)> {
+    let mut points = Vec::with_capacity(items.len() * 2);
+    for (i, item) in items.iter().enumerate() {
+        let (x, y) = point(item);
+        points.push((x, y));
+        let next = items.get(i + 1).map_or(x, |n| point(n).0);
         points.push((next, y));
     }
     points
