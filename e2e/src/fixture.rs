@@ -23,8 +23,19 @@ pub const SETUP_MANAGER: &str = "e2e-setup";
 /// # Errors
 /// When kubectl fails.
 pub fn install_crd() -> anyhow::Result<()> {
-    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/llmscaler.yaml");
-    let crd = crd.to_str().context("CRD path is not UTF-8")?;
+    let crd = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/llmscaler.yaml"),
+    )
+    .context("reading crds/llmscaler.yaml")?;
+    apply_crd(&crd, "llmscalers.autoscaling.modelsphere.dev")
+}
+
+/// Server-side applies a CustomResourceDefinition manifest (YAML or JSON, forcing conflicts,
+/// field manager `e2e-crd`) and waits until the CRD `name` is Established (60 s at most).
+///
+/// # Errors
+/// When kubectl fails or times out.
+pub fn apply_crd(manifest: &str, name: &str) -> anyhow::Result<()> {
     run_command(
         &kubectl_path(),
         &[
@@ -34,9 +45,9 @@ pub fn install_crd() -> anyhow::Result<()> {
             "--field-manager",
             "e2e-crd",
             "-f",
-            crd,
+            "-",
         ],
-        None,
+        Some(manifest),
     )?;
     run_command(
         &kubectl_path(),
@@ -44,7 +55,7 @@ pub fn install_crd() -> anyhow::Result<()> {
             "wait",
             "--for=condition=Established",
             "--timeout=60s",
-            "crd/llmscalers.autoscaling.modelsphere.dev",
+            &format!("crd/{name}"),
         ],
         None,
     )

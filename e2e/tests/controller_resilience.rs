@@ -10,7 +10,9 @@ use axum::Json;
 use axum::extract::State;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use llmscaler_e2e::fixture::{World, deployment_manifest, deployment_ref, queue_scaler_spec};
+use llmscaler_e2e::fixture::{
+    World, apply_crd, deployment_manifest, deployment_ref, queue_scaler_spec,
+};
 use llmscaler_e2e::operator::run_command;
 use llmscaler_e2e::{Check, kubectl_path, wait_for};
 use serde_json::{Value, json};
@@ -365,28 +367,7 @@ const LWS_CRD: &str = r#"{
 async fn statefulset_and_leaderworkerset_shaped_targets_are_scaled_generically()
 -> anyhow::Result<()> {
     let mut world = World::new("ctl-kinds").await?;
-    run_command(
-        &kubectl_path(),
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager",
-            "e2e-crd",
-            "-f",
-            "-",
-        ],
-        Some(LWS_CRD),
-    )?;
-    run_command(
-        &kubectl_path(),
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/leaderworkersets.leaderworkerset.x-k8s.io",
-        ],
-        None,
-    )?;
+    apply_crd(LWS_CRD, "leaderworkersets.leaderworkerset.x-k8s.io")?;
     let ns = world.namespace().to_string();
     let mut sts = deployment_manifest(&ns, "db", Some(1));
     sts["kind"] = json!("StatefulSet");
