@@ -11,6 +11,7 @@
 //! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`).
 //! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
+//! - [`process`]: the one process set-up (crypto provider, tracing, runtime, signals).
 //! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
 pub mod controller;
@@ -18,6 +19,7 @@ pub mod engine;
 pub mod loadmodel;
 pub mod metrics;
 pub mod probe;
+pub mod process;
 pub mod run;
 pub mod scaler_file;
 pub mod simulate;

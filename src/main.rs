@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use llmscaler::scaler_file::{ScalerFileError, load_scaler};
-use llmscaler::simulate;
+use llmscaler::{process, simulate};
 
 /// Autoscaler for LLM inference servers on Kubernetes.
 #[derive(Parser, Debug)]
@@ -55,7 +55,7 @@ struct SimulateArgs {
 const EXIT_INVALID: u8 = 2;
 
 fn main() -> ExitCode {
-    llmscaler::metrics::ensure_crypto_provider();
+    process::install_crypto_provider();
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match llmscaler_api::crd_yaml() {
@@ -67,25 +67,10 @@ fn main() -> ExitCode {
         },
         Command::Simulate(args) => run_simulate(&args),
         Command::Probe(args) => llmscaler::probe::run(&args),
-        Command::Run(args) => run_operator(args),
-        Command::Webhook(args) => llmscaler_webhooks::cli::run(&args),
-    }
-}
-
-fn run_operator(args: llmscaler::run::RunArgs) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => return fail(1, &format!("cannot start the async runtime: {err}")),
-    };
-    match runtime.block_on(llmscaler::run::run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => fail(1, &err.to_string()),
+        Command::Run(args) => process::run(|shutdown| llmscaler::run::run(args, shutdown)),
+        Command::Webhook(args) => process::run(|shutdown| async move {
+            llmscaler_webhooks::cli::serve(&args, shutdown.wait()).await
+        }),
     }
 }
 
@@ -131,7 +116,4 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(code)
-}
+use process::fail;

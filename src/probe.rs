@@ -198,7 +198,7 @@ pub async fn evaluate(
 /// prints the report on stdout. Returns the exit status: 0 recommendation, 3 hold, 2 invalid
 /// spec (field-path messages on stderr), 1 other failures.
 pub fn run(args: &ProbeArgs) -> ExitCode {
-    crate::metrics::ensure_crypto_provider();
+    crate::process::install_crypto_provider();
     let scaler = match load_scaler(&args.scaler) {
         Ok(scaler) => scaler,
         Err(err @ ScalerFileError::Invalid { .. }) => return fail(EXIT_INVALID, &err.to_string()),
@@ -212,10 +212,7 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
             Err(_) => return fail(EXIT_INVALID, "--ready is larger than an int32"),
         },
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::process::runtime() {
         Ok(rt) => rt,
         Err(err) => return fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")),
     };

@@ -1,6 +1,7 @@
 //! `llmscaler run`: the operator process. The controller runs behind a Lease (only the leader
 //! writes); the metrics and health endpoints serve on every replica. SIGTERM or Ctrl-C stops the
-//! controller and releases the Lease.
+//! controller and releases the Lease. Every write checks the Lease right before it; a dead
+//! controller task or lease task ends the process (exit 1) after failing `/healthz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,8 +10,12 @@ use std::time::Duration;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 
-use crate::controller::{self, Context, names};
+use llmscaler_api::names::LEASE_NAME;
+
+use crate::controller::leadership::Leadership;
+use crate::controller::{self, Context};
 use crate::metrics::MetricsClient;
+use crate::process::Shutdown;
 use crate::telemetry::{self, Metrics};
 
 /// Command-line arguments of `llmscaler run`.
@@ -58,16 +63,24 @@ pub enum RunError {
     /// Leader election failed to start.
     #[error("leader election: {0}")]
     Lease(#[source] kube_lease_manager::LeaseManagerError),
+    /// The lease manager's task ended while the process still ran: nobody renews the Lease.
+    #[error("leader election stopped unexpectedly; exiting so the pod is restarted")]
+    LeaseTaskEnded,
+    /// The controller task ended or panicked while the process still ran: scaling would stop
+    /// silently, so the process exits (and `/healthz` fails meanwhile).
+    #[error("the controller stopped unexpectedly ({0}); exiting so the pod is restarted")]
+    ControllerDied(String),
     /// The admission webhook failed (certificates or serving).
     #[error("admission webhook: {0}")]
     Webhook(#[source] llmscaler_webhooks::Error),
 }
 
-/// Runs the operator until SIGTERM / Ctrl-C.
+/// Runs the operator until `shutdown` (SIGTERM / Ctrl-C).
 ///
 /// # Errors
-/// [`RunError`] when the client, the listener or the Lease cannot be set up.
-pub async fn run(args: RunArgs) -> Result<(), RunError> {
+/// [`RunError`] when the client, the listener or the Lease cannot be set up, or when the
+/// controller or leader election dies.
+pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
@@ -92,115 +105,34 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             tracing::error!(error = %err, "metrics server failed");
         }
     });
-    // The webhook serves on every replica, leader or not, until shutdown.
-    let webhook = if args.no_webhook {
+    let webhook = (!args.no_webhook).then(|| {
+        spawn_webhook(
+            client.clone(),
+            &args,
+            telemetry.clone(),
+            stop_rx.clone(),
+            shutdown.clone(),
+        )
+    });
+    if webhook.is_none() {
         telemetry.set_ready(true);
-        None
-    } else {
-        let mut stop = stop_rx.clone();
-        let (client, namespace, webhook_args) =
-            (client.clone(), args.namespace.clone(), args.webhook.clone());
-        let ready = telemetry.clone();
-        let listen = args.webhook.webhook_listen;
-        Some(tokio::spawn(async move {
-            let serving =
-                llmscaler_webhooks::managed::run(client, &namespace, &webhook_args, async move {
-                    let _ = stop.wait_for(|stop| *stop).await;
-                });
-            tokio::pin!(serving);
-            // Ready once the webhook accepts connections (it first loads or creates its
-            // certificate); not ready again if it stops.
-            let result = tokio::select! {
-                result = &mut serving => result,
-                () = wait_listening(listen) => {
-                    ready.set_ready(true);
-                    serving.await
-                }
-            };
-            ready.set_ready(false);
-            if let Err(err) = &result {
-                tracing::error!(error = %err, "the admission webhook stopped");
-            }
-            result
-        }))
-    };
+    }
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
+    let operator = Operator {
+        client,
         metrics_client,
         telemetry,
-        Some(identity.clone()),
-    ));
-
-    let signal = shutdown_signal();
-    tokio::pin!(signal);
-    if args.no_leader_election {
-        let mut stop = stop_rx.clone();
-        tokio::select! {
-            () = controller::run(ctx, args.watch_namespace.clone(), async move { let _ = stop.wait_for(|s| *s).await; }) => {}
-            () = &mut signal => {}
-        }
+        identity,
+        watch_namespace: args.watch_namespace.clone(),
+    };
+    let result = if args.no_leader_election {
+        operator.run_single(&shutdown).await
     } else {
-        let duration = args.lease_duration_seconds.max(3);
-        let manager = LeaseManagerBuilder::new(client, names::LEASE_NAME)
-            .with_namespace(&args.namespace)
-            .with_identity(&identity)
-            .with_duration(duration)
-            .with_grace((duration / 3).max(1))
-            .build()
-            .await
-            .map_err(RunError::Lease)?;
-        let (mut leader, lease_task) = manager.watch().await;
-        loop {
-            // Follower: wait for the lock or the signal.
-            tokio::select! {
-                changed = leader.wait_for(|is_leader| *is_leader) => {
-                    if changed.is_err() { break; }
-                }
-                () = &mut signal => break,
-            }
-            tracing::info!(identity = %identity, "acquired the lease: controller starts");
-            let (lost_tx, lost_rx) = watch::channel(false);
-            let mut lost = lost_rx.clone();
-            let controller = tokio::spawn(controller::run(
-                ctx.clone(),
-                args.watch_namespace.clone(),
-                async move {
-                    let _ = lost.wait_for(|l| *l).await;
-                },
-            ));
-            let stop = tokio::select! {
-                changed = leader.wait_for(|is_leader| !*is_leader) => changed.is_err(),
-                () = &mut signal => true,
-            };
-            let _ = lost_tx.send(true);
-            // The controller stops taking work; give in-flight syncs a bounded time.
-            let mut controller = controller;
-            if tokio::time::timeout(Duration::from_secs(10), &mut controller)
-                .await
-                .is_err()
-            {
-                // A follower must not write: stop it for good.
-                controller.abort();
-                tracing::warn!("controller did not stop within 10 s");
-            }
-            if stop {
-                break;
-            }
-            tracing::warn!(identity = %identity, "lost the lease: controller stopped");
-        }
-        // Dropping the receiver makes the lease task release the Lease and end.
-        drop(leader);
-        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-            Ok(Ok(Ok(_))) => tracing::info!("lease released"),
-            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "releasing the lease failed"),
-            Ok(Err(err)) => tracing::warn!(error = %err, "lease task failed"),
-            Err(_) => tracing::warn!("lease release timed out"),
-        }
-    }
+        operator.run_elected(&args, &shutdown).await
+    };
     let _ = stop_tx.send(true);
     let _ = http.await;
-    match webhook {
+    let webhook_result = match webhook {
         Some(task) => match task.await {
             Ok(result) => result.map_err(RunError::Webhook),
             Err(err) => {
@@ -209,6 +141,190 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             }
         },
         None => Ok(()),
+    };
+    result.and(webhook_result)
+}
+
+/// Serves the admission webhook on every replica, leader or not, until `stop`. `/readyz` turns
+/// ready once it accepts connections; if it stops before shutdown, the process is marked
+/// unhealthy (`/healthz` fails) so the pod is restarted.
+fn spawn_webhook(
+    client: kube::Client,
+    args: &RunArgs,
+    telemetry: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+    shutdown: Shutdown,
+) -> tokio::task::JoinHandle<Result<(), llmscaler_webhooks::Error>> {
+    let (namespace, webhook_args) = (args.namespace.clone(), args.webhook.clone());
+    let listen = args.webhook.webhook_listen;
+    tokio::spawn(async move {
+        let serving =
+            llmscaler_webhooks::managed::run(client, &namespace, &webhook_args, async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            });
+        tokio::pin!(serving);
+        let result = tokio::select! {
+            result = &mut serving => result,
+            () = wait_listening(listen) => {
+                telemetry.set_ready(true);
+                serving.await
+            }
+        };
+        telemetry.set_ready(false);
+        if !shutdown.is_requested() {
+            telemetry.set_unhealthy();
+            match &result {
+                Err(err) => tracing::error!(error = %err, "the admission webhook stopped"),
+                Ok(()) => tracing::error!("the admission webhook stopped"),
+            }
+        }
+        result
+    })
+}
+
+/// The controller side of the process.
+struct Operator {
+    client: kube::Client,
+    metrics_client: MetricsClient,
+    telemetry: Arc<Metrics>,
+    identity: String,
+    watch_namespace: Option<String>,
+}
+
+/// Why a leadership term ended.
+enum TermEnd {
+    Shutdown,
+    LostLease,
+    LeaseTaskEnded,
+    ControllerDied(String),
+}
+
+impl Operator {
+    fn context(&self, leadership: Leadership) -> Arc<Context> {
+        Arc::new(Context::new(
+            self.client.clone(),
+            self.metrics_client.clone(),
+            self.telemetry.clone(),
+            Some(self.identity.clone()),
+            leadership,
+        ))
+    }
+
+    fn spawn_controller(
+        &self,
+        ctx: Arc<Context>,
+    ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let task = tokio::spawn(controller::run(
+            ctx,
+            self.watch_namespace.clone(),
+            async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            },
+        ));
+        (stop_tx, task)
+    }
+
+    /// Without leader election: one controller until shutdown.
+    async fn run_single(&self, shutdown: &Shutdown) -> Result<(), RunError> {
+        let (stop, mut task) = self.spawn_controller(self.context(Leadership::always()));
+        let end = tokio::select! {
+            () = shutdown.requested() => TermEnd::Shutdown,
+            joined = &mut task => TermEnd::ControllerDied(died(joined)),
+        };
+        let _ = stop.send(true);
+        self.finish_term(end, task).await
+    }
+
+    /// With leader election: a controller per leadership term; the Lease is released at the end.
+    async fn run_elected(&self, args: &RunArgs, shutdown: &Shutdown) -> Result<(), RunError> {
+        let duration = args.lease_duration_seconds.max(3);
+        let manager = LeaseManagerBuilder::new(self.client.clone(), LEASE_NAME)
+            .with_namespace(&args.namespace)
+            .with_identity(&self.identity)
+            .with_duration(duration)
+            .with_grace((duration / 3).max(1))
+            .build()
+            .await
+            .map_err(RunError::Lease)?;
+        let (mut leader, lease_task) = manager.watch().await;
+        let result = loop {
+            // Follower: wait for the lock or the signal.
+            tokio::select! {
+                changed = leader.wait_for(|is_leader| *is_leader) => {
+                    if changed.is_err() { break Err(RunError::LeaseTaskEnded); }
+                }
+                () = shutdown.requested() => break Ok(()),
+            }
+            tracing::info!(identity = %self.identity, "acquired the lease: controller starts");
+            let leadership = Leadership::term(leader.clone());
+            let (stop, mut task) = self.spawn_controller(self.context(leadership.clone()));
+            let end = tokio::select! {
+                changed = leader.wait_for(|is_leader| !*is_leader) => {
+                    if changed.is_err() { TermEnd::LeaseTaskEnded } else { TermEnd::LostLease }
+                }
+                () = shutdown.requested() => TermEnd::Shutdown,
+                joined = &mut task => TermEnd::ControllerDied(died(joined)),
+            };
+            // Writes stop now, before in-flight syncs end.
+            leadership.end();
+            let _ = stop.send(true);
+            if matches!(end, TermEnd::LostLease) {
+                tracing::warn!(identity = %self.identity, "lost the lease: controller stopped");
+            }
+            match self.finish_term(end, task).await {
+                Ok(()) if !shutdown.is_requested() => {}
+                other => break other,
+            }
+        };
+        // Dropping the receiver makes the lease task release the Lease and end.
+        drop(leader);
+        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+            Ok(Ok(Ok(_))) => tracing::info!("lease released"),
+            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "releasing the lease failed"),
+            Ok(Err(err)) => tracing::warn!(error = %err, "lease task failed"),
+            Err(_) => tracing::warn!("lease release timed out"),
+        }
+        result
+    }
+
+    /// Ends a term: waits a bounded time for in-flight syncs (their writes are already refused),
+    /// then says whether the process goes on.
+    async fn finish_term(
+        &self,
+        end: TermEnd,
+        mut task: tokio::task::JoinHandle<()>,
+    ) -> Result<(), RunError> {
+        if !matches!(end, TermEnd::ControllerDied(_))
+            && tokio::time::timeout(Duration::from_secs(10), &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+            let _ = task.await;
+            tracing::warn!("controller did not stop within 10 s; aborted");
+        }
+        match end {
+            TermEnd::Shutdown | TermEnd::LostLease => Ok(()),
+            TermEnd::LeaseTaskEnded => {
+                self.telemetry.set_unhealthy();
+                Err(RunError::LeaseTaskEnded)
+            }
+            TermEnd::ControllerDied(why) => {
+                self.telemetry.set_unhealthy();
+                tracing::error!(why = %why, "the controller stopped unexpectedly");
+                Err(RunError::ControllerDied(why))
+            }
+        }
+    }
+}
+
+/// Why a controller task ended on its own.
+fn died(joined: Result<(), tokio::task::JoinError>) -> String {
+    match joined {
+        Ok(()) => "its watch ended".to_owned(),
+        Err(err) if err.is_panic() => "it panicked".to_owned(),
+        Err(err) => err.to_string(),
     }
 }
 
@@ -233,27 +349,4 @@ fn default_identity() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "llmscaler".to_string());
     format!("{host}-{}", std::process::id())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-    tracing::info!("shutdown signal received");
 }

@@ -64,8 +64,9 @@ fn check_kind(text: &str) -> Result<(), ValidationErrors> {
         )])
     })?;
     let mut errors = Vec::new();
-    let expected_api = "autoscaling.modelsphere.dev/v1alpha1";
-    if meta.api_version.as_deref() != Some(expected_api) {
+    let expected_api = llmscaler_api::names::api_version();
+    let expected_kind = llmscaler_api::names::kind();
+    if meta.api_version.as_deref() != Some(expected_api.as_ref()) {
         errors.push(FieldError::new(
             "apiVersion",
             format!(
@@ -74,10 +75,13 @@ fn check_kind(text: &str) -> Result<(), ValidationErrors> {
             ),
         ));
     }
-    if meta.kind.as_deref() != Some("LLMScaler") {
+    if meta.kind.as_deref() != Some(expected_kind.as_ref()) {
         errors.push(FieldError::new(
             "kind",
-            format!("{:?} must be \"LLMScaler\"", meta.kind.unwrap_or_default()),
+            format!(
+                "{:?} must be {expected_kind:?}",
+                meta.kind.unwrap_or_default()
+            ),
         ));
     }
     if errors.is_empty() {

@@ -1,8 +1,9 @@
 //! The operator's own metrics (prometheus-client) and the `/metrics`, `/healthz`, `/readyz`
 //! HTTP endpoints.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -60,7 +61,43 @@ pub struct WriteLabels {
     pub kind: String,
 }
 
-/// Every series the operator exports.
+/// Every series the operator exports, as `(name without the llmscaler_ prefix, help, labels)`:
+/// the one list the registry, the README and `docs/metrics.md` follow (a test checks the docs).
+pub const EXPORTED: &[(&str, &str, &str)] = &[
+    (
+        "current_replicas",
+        "Ready replicas of the target at the last sync",
+        "namespace, name",
+    ),
+    (
+        "desired_replicas",
+        "status.desiredReplicas: clamped and stabilized recommendation",
+        "namespace, name",
+    ),
+    (
+        "recommended_replicas",
+        "Largest per-metric recommendation before clamping",
+        "namespace, name",
+    ),
+    (
+        "metric_value",
+        "Last value read per metric",
+        "namespace, name, metric",
+    ),
+    (
+        "metric_errors",
+        "Metric read failures by kind",
+        "namespace, name, metric, kind",
+    ),
+    ("writes", "API writes by kind", "namespace, name, kind"),
+    (
+        "reconcile_duration_seconds",
+        "Duration of one reconcile, seconds",
+        "",
+    ),
+];
+
+/// Every series the operator exports ([`EXPORTED`]).
 pub struct Metrics {
     registry: Registry,
     /// Ready replicas of the target at the last sync.
@@ -77,7 +114,18 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     /// Reconcile duration, seconds.
     pub reconcile_duration: Histogram,
+    /// The label sets created per scaler, so [`Metrics::forget`] can remove them.
+    created: Mutex<HashMap<(String, String), CreatedSeries>>,
     ready: AtomicBool,
+    healthy: AtomicBool,
+}
+
+/// The per-metric label sets created for one scaler.
+#[derive(Default)]
+struct CreatedSeries {
+    metrics: BTreeSet<String>,
+    errors: BTreeSet<(String, String)>,
+    writes: BTreeSet<String>,
 }
 
 impl Default for Metrics {
@@ -87,7 +135,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every series registered under the `llmscaler_` prefix.
+    /// A registry with every series of [`EXPORTED`] registered under the `llmscaler_` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("llmscaler");
         let current_replicas = Family::default();
@@ -97,35 +145,37 @@ impl Metrics {
         let metric_errors = Family::default();
         let writes = Family::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
+        let help = |name: &str| {
+            EXPORTED
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .map_or("", |(_, help, _)| *help)
+        };
         registry.register(
             "current_replicas",
-            "Ready replicas of the target at the last sync",
+            help("current_replicas"),
             current_replicas.clone(),
         );
         registry.register(
             "desired_replicas",
-            "status.desiredReplicas: clamped and stabilized recommendation",
+            help("desired_replicas"),
             desired_replicas.clone(),
         );
         registry.register(
             "recommended_replicas",
-            "Largest per-metric recommendation before clamping",
+            help("recommended_replicas"),
             recommended_replicas.clone(),
         );
-        registry.register(
-            "metric_value",
-            "Last value read per metric",
-            metric_value.clone(),
-        );
+        registry.register("metric_value", help("metric_value"), metric_value.clone());
         registry.register(
             "metric_errors",
-            "Metric read failures by kind",
+            help("metric_errors"),
             metric_errors.clone(),
         );
-        registry.register("writes", "API writes by kind", writes.clone());
+        registry.register("writes", help("writes"), writes.clone());
         registry.register(
             "reconcile_duration_seconds",
-            "Duration of one reconcile, seconds",
+            help("reconcile_duration_seconds"),
             reconcile_duration.clone(),
         );
         Self {
@@ -137,7 +187,9 @@ impl Metrics {
             metric_errors,
             writes,
             reconcile_duration,
+            created: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
+            healthy: AtomicBool::new(true),
         }
     }
 
@@ -146,15 +198,136 @@ impl Metrics {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
-    /// Counts one write.
+    /// Marks the process unhealthy for good (`/healthz` answers 503): a task it needs has died.
+    pub fn set_unhealthy(&self) {
+        self.healthy.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether `/healthz` answers 200.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    fn note(&self, namespace: &str, name: &str, f: impl FnOnce(&mut CreatedSeries)) {
+        let mut created = self
+            .created
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(created
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_default());
+    }
+
+    /// Counts one write of `kind` (`replicas`, `status`, `deletion_cost`).
     pub fn count_write(&self, namespace: &str, name: &str, kind: &str) {
+        self.note(namespace, name, |c| {
+            c.writes.insert(kind.to_owned());
+        });
         self.writes
             .get_or_create(&WriteLabels {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                kind: kind.to_string(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                kind: kind.to_owned(),
             })
             .inc();
+    }
+
+    /// Sets the last value read of `metric`.
+    pub fn set_metric_value(&self, namespace: &str, name: &str, metric: &str, value: f64) {
+        self.note(namespace, name, |c| {
+            c.metrics.insert(metric.to_owned());
+        });
+        self.metric_value
+            .get_or_create(&MetricLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                metric: metric.to_owned(),
+            })
+            .set(value);
+    }
+
+    /// Counts one failed read of `metric`, by error `kind`.
+    pub fn count_metric_error(&self, namespace: &str, name: &str, metric: &str, kind: &str) {
+        self.note(namespace, name, |c| {
+            c.errors.insert((metric.to_owned(), kind.to_owned()));
+        });
+        self.metric_errors
+            .get_or_create(&ErrorLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                metric: metric.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets the replica gauges of a scaler: ready, desired and (unless holding) recommended.
+    pub fn set_replicas(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: i32,
+        desired: i32,
+        recommended: Option<i32>,
+    ) {
+        let labels = ScalerLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        self.note(namespace, name, |_| {});
+        self.current_replicas
+            .get_or_create(&labels)
+            .set(i64::from(current));
+        self.desired_replicas
+            .get_or_create(&labels)
+            .set(i64::from(desired));
+        if let Some(r) = recommended {
+            self.recommended_replicas
+                .get_or_create(&labels)
+                .set(i64::from(r));
+        }
+    }
+
+    /// Removes every series of a deleted scaler. Returns how many were removed.
+    pub fn forget(&self, namespace: &str, name: &str) -> usize {
+        let Some(created) = self
+            .created
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&(namespace.to_owned(), name.to_owned()))
+        else {
+            return 0;
+        };
+        let scaler = ScalerLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        let mut removed = usize::from(self.current_replicas.remove(&scaler))
+            + usize::from(self.desired_replicas.remove(&scaler))
+            + usize::from(self.recommended_replicas.remove(&scaler));
+        for metric in created.metrics {
+            removed += usize::from(self.metric_value.remove(&MetricLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                metric,
+            }));
+        }
+        for (metric, kind) in created.errors {
+            removed += usize::from(self.metric_errors.remove(&ErrorLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                metric,
+                kind,
+            }));
+        }
+        for kind in created.writes {
+            removed += usize::from(self.writes.remove(&WriteLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                kind,
+            }));
+        }
+        removed
     }
 
     /// The text exposition of every series.
@@ -172,7 +345,7 @@ impl Metrics {
 pub fn router(metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(serve_health))
         .route("/readyz", get(serve_ready))
         .with_state(metrics)
 }
@@ -192,10 +365,64 @@ async fn serve_metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse
     }
 }
 
+async fn serve_health(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    if metrics.is_healthy() {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a task of the operator died; see its log",
+        )
+    }
+}
+
 async fn serve_ready(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     if metrics.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deleted_scaler_leaves_no_series() {
+        let metrics = Metrics::new();
+        metrics.set_replicas("ns", "a", 2, 3, Some(4));
+        metrics.set_metric_value("ns", "a", "waiting", 1.5);
+        metrics.count_metric_error("ns", "a", "kv", "no_data");
+        metrics.count_write("ns", "a", "replicas");
+        metrics.set_replicas("ns", "b", 1, 1, None);
+        let text = metrics.encode().expect("encodes");
+        assert!(text.contains("name=\"a\""));
+        assert_eq!(metrics.forget("ns", "a"), 6);
+        let text = metrics.encode().expect("encodes");
+        assert!(!text.contains("name=\"a\""), "{text}");
+        assert!(text.contains("name=\"b\""));
+        assert_eq!(metrics.forget("ns", "a"), 0);
+    }
+
+    #[test]
+    fn every_registered_series_is_in_the_exported_list() {
+        let metrics = Metrics::new();
+        metrics.set_replicas("ns", "a", 1, 1, Some(1));
+        metrics.set_metric_value("ns", "a", "m", 1.0);
+        metrics.count_metric_error("ns", "a", "m", "no_data");
+        metrics.count_write("ns", "a", "status");
+        let text = metrics.encode().expect("encodes");
+        for line in text.lines().filter(|l| l.starts_with("# HELP ")) {
+            let name = line["# HELP llmscaler_".len()..]
+                .split(' ')
+                .next()
+                .unwrap_or_default();
+            assert!(
+                EXPORTED.iter().any(|(n, _, _)| *n == name),
+                "{name} is not in EXPORTED"
+            );
+        }
+        assert_eq!(text.matches("# HELP ").count(), EXPORTED.len());
     }
 }

@@ -4,6 +4,7 @@
 //! Contract: `shared/spec/llmscaler.md` §1 (resource), §8 (admission rules).
 
 pub mod defaults;
+pub mod names;
 pub mod types;
 pub mod validation;
 

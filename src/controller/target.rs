@@ -10,8 +10,8 @@ use llmscaler_api::TargetRef;
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
-use super::names::FIELD_MANAGER;
 use crate::engine::{Observation, rollout_in_progress};
+use llmscaler_api::names::FIELD_MANAGER;
 
 /// Why the target could not be read or written.
 #[derive(Debug, thiserror::Error)]

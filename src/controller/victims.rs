@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::names::{FIELD_MANAGER, NEWEST_FIRST_COST, POD_DELETION_COST};
+use llmscaler_api::names::{FIELD_MANAGER, NEWEST_FIRST_COST, POD_DELETION_COST};
+
+use super::leadership::{Leadership, NotLeader};
+use crate::metrics::MetricError;
 
 /// Why marking failed; the scale-down is then deferred to the next sync.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +34,12 @@ pub enum VictimError {
     /// The annotations did not show up in time.
     #[error("pod-deletion-cost marks on {0:?} were not visible within {1:?}")]
     NotObserved(Vec<String>, Duration),
+    /// The `deletionCostQuery` could not be read.
+    #[error("deletionCostQuery: {0}")]
+    CostQuery(#[source] MetricError),
+    /// This replica stopped leading before every mark was written.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
 }
 
 /// The pods of a Deployment, as the marking needs them.
@@ -197,15 +206,17 @@ pub async fn candidates(
 /// Applies a plan (server-side apply of the annotation under [`FIELD_MANAGER`]; clearing applies
 /// an empty annotation set, which removes only what this manager owns), then reads the pods back
 /// until every mark is visible, polling until `deadline`. Returns the number of pods patched.
+/// `leadership` is checked before every patch.
 ///
 /// # Errors
 /// [`VictimError::Api`] when a patch or read fails, [`VictimError::NotObserved`] when the marks
-/// did not show up in time.
+/// did not show up in time, [`VictimError::NotLeader`] when leadership was lost.
 pub async fn apply_plan(
     pods: &Api<Pod>,
     plan: &Plan,
     deployment: &str,
     deadline: Duration,
+    leadership: &Leadership,
 ) -> Result<usize, VictimError> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let api_err = |operation| {
@@ -216,6 +227,7 @@ pub async fn apply_plan(
         }
     };
     for (name, cost) in &plan.set {
+        leadership.check()?;
         let body = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "annotations": {POD_DELETION_COST: cost.to_string()}}});
         pods.patch(name, &params, &Patch::Apply(&body))
@@ -223,6 +235,7 @@ pub async fn apply_plan(
             .map_err(api_err("annotate"))?;
     }
     for name in &plan.clear {
+        leadership.check()?;
         let body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}});
         if let Err(err) = pods.patch(name, &params, &Patch::Apply(&body)).await {
             // A pod that went away has nothing left to clear.

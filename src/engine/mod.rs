@@ -5,6 +5,9 @@
 //! policy and the stabilization history, and returns the `spec.replicas` to have after the sync,
 //! the status `desiredReplicas` and a machine-readable [`Reason`].
 
+pub mod clock;
+pub mod conditions;
+pub mod contest;
 mod history;
 mod ratio;
 

@@ -42,10 +42,7 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// The binary installs it first thing in `main`; this makes library users and tests safe too.
 /// Calling it several times, from several threads, is fine.
 pub fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race against another thread that installed one at the same time is fine.
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    }
+    crate::process::install_crypto_provider();
 }
 
 /// The HTTP client shared by every metric source of the process.

@@ -11,6 +11,7 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::{DynamicObject, Status};
+use llmscaler_api::names;
 use llmscaler_api::validation::parse_json_value;
 use llmscaler_api::{
     FieldError, LLMScaler, LLMScalerSpec, ValidationErrors, apply_defaults, spec_warnings,
@@ -18,10 +19,6 @@ use llmscaler_api::{
 };
 use serde_json::Value;
 
-/// API group of the admitted resource.
-pub const GROUP: &str = "autoscaling.modelsphere.dev";
-/// Kind of the admitted resource.
-pub const KIND: &str = "LLMScaler";
 /// `status.reason` of a denial for an invalid spec (kubectl prints `Error from server
 /// (Invalid)`).
 pub const REASON_INVALID: &str = "Invalid";
@@ -170,9 +167,10 @@ fn admitted_object(req: &AdmissionRequest<DynamicObject>) -> Admit {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Admit::Skip;
     }
-    if req.kind.group != GROUP || req.kind.kind != KIND {
+    let (group, kind) = (names::group(), names::kind());
+    if req.kind.group != group || req.kind.kind != kind {
         return Admit::Refuse(format!(
-            "this webhook admits only {GROUP} {KIND}, not {:?} in group {:?}; check the rules of the webhook configuration",
+            "this webhook admits only {group} {kind}, not {:?} in group {:?}; check the rules of the webhook configuration",
             req.kind.kind, req.kind.group
         ));
     }

@@ -12,7 +12,7 @@ fn request(operation: &str, object: Value) -> AdmissionRequest<DynamicObject> {
     request_for(
         operation,
         object,
-        json!({"group": GROUP, "version": "v1alpha1", "kind": KIND}),
+        json!({"group": names::group(), "version": "v1alpha1", "kind": names::kind()}),
     )
 }
 
@@ -23,7 +23,7 @@ fn request_for(operation: &str, object: Value, kind: Value) -> AdmissionRequest<
         "request": {
             "uid": UID,
             "kind": kind,
-            "resource": {"group": GROUP, "version": "v1alpha1", "resource": "llmscalers"},
+            "resource": {"group": names::group(), "version": "v1alpha1", "resource": "llmscalers"},
             "name": "scaler",
             "namespace": "default",
             "operation": operation,

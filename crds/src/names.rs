@@ -1,0 +1,169 @@
+//! The names the operator writes into the cluster, as one source: the resource's group, version
+//! and kind (from the [`Resource`] impl of [`LLMScaler`]), field managers, annotation keys, the
+//! Lease name, condition types and reasons. The engine, the controller, the webhook and the docs
+//! all read them from here; `docs/conditions.md` and the README list every [`ConditionType`] and
+//! [`Reason`], and a test fails when one is missing there (see `docs/conditions.md`).
+
+use std::borrow::Cow;
+
+use kube::Resource;
+
+use crate::LLMScaler;
+
+/// The API group of [`LLMScaler`] (`autoscaling.modelsphere.dev`).
+pub fn group() -> Cow<'static, str> {
+    LLMScaler::group(&())
+}
+
+/// The kind of [`LLMScaler`] (`LLMScaler`).
+pub fn kind() -> Cow<'static, str> {
+    LLMScaler::kind(&())
+}
+
+/// The `apiVersion` of [`LLMScaler`] (`autoscaling.modelsphere.dev/v1alpha1`).
+pub fn api_version() -> Cow<'static, str> {
+    LLMScaler::api_version(&())
+}
+
+/// The one field manager under which the operator applies `spec.replicas` of targets, the
+/// deletion-cost annotations of pods and the status of LLMScalers
+/// (`docs/writing-replicas.md`).
+pub const FIELD_MANAGER: &str = "llmscaler";
+
+/// Pod annotation the ReplicaSet controller reads to choose which pods to delete first (lowest
+/// first). Kubernetes docs: "ReplicaSet: Pod deletion cost".
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// Cost given to victims when no `deletionCostQuery` is set: the newest pods go first
+/// (`docs/scale-down.md`).
+pub const NEWEST_FIRST_COST: i32 = -100;
+
+/// Name of the Lease used for leader election, in the operator's namespace.
+pub const LEASE_NAME: &str = "llmscaler-leader";
+
+/// Defines a closed set of names: an enum, its `as_str`, `ALL` and `Display`.
+macro_rules! names {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The name as written into the cluster (CamelCase, as Kubernetes writes them).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => stringify!($variant)),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+names! {
+    /// The condition types of `status.conditions` (`docs/conditions.md`).
+    pub enum ConditionType {
+        /// The scaler is acting normally: valid spec, target found, metrics computable.
+        Ready,
+        /// A recommendation could be computed from the metrics or the decision server.
+        ScalingActive,
+        /// The target was found and the last change was not deferred.
+        AbleToScale,
+        /// The recommendation was clamped to `minReplicas` or `maxReplicas`.
+        ScalingLimited,
+        /// Another field manager wrote `spec.replicas` of the target.
+        ReplicasContested,
+    }
+}
+
+names! {
+    /// Condition and Event reasons (`docs/conditions.md`).
+    pub enum Reason {
+        /// Everything is in order.
+        AsExpected,
+        /// The spec breaks an admission rule (the webhook was down or bypassed).
+        InvalidSpec,
+        /// The target workload or its kind does not exist.
+        TargetNotFound,
+        /// Reading the target failed for another reason than not-found (RBAC, timeouts).
+        TargetUnreadable,
+        /// No metric could be measured: the fleet is held.
+        MetricsUnavailable,
+        /// Some metrics could be measured, others were skipped.
+        SomeMetricsSkipped,
+        /// The recommendation was computed from every metric.
+        ValidMetrics,
+        /// The last sync could change replicas.
+        ReadyForNewScale,
+        /// A Deployment rollout is in progress.
+        RolloutInProgress,
+        /// The previous scale-down has not settled.
+        ScaleDownNotSettled,
+        /// Writing the target failed.
+        WriteFailed,
+        /// The `deletionCostQuery` or the pod marking failed: the scale-down waits.
+        DeletionCostFailed,
+        /// Clamped up to `minReplicas`.
+        TooFewReplicas,
+        /// Clamped down to `maxReplicas`.
+        TooManyReplicas,
+        /// Within `[minReplicas, maxReplicas]`.
+        DesiredWithinRange,
+        /// Another field manager owns `spec.replicas`.
+        OtherFieldManager,
+        /// The operator owns `spec.replicas`.
+        OwnedByLLMScaler,
+        /// The operator has not written `spec.replicas` yet (nothing measurable since it started).
+        NotClaimed,
+        /// Event: replicas raised.
+        ScaledUp,
+        /// Event: replicas lowered.
+        ScaledDown,
+        /// Event: replicas written again after another manager changed them.
+        ReplicasReasserted,
+    }
+}
+
+impl Reason {
+    /// Whether the reason names an Event only, never a condition.
+    pub const fn is_event_only(self) -> bool {
+        matches!(
+            self,
+            Reason::ScaledUp | Reason::ScaledDown | Reason::ReplicasReasserted
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_come_from_the_resource() {
+        assert_eq!(group(), "autoscaling.modelsphere.dev");
+        assert_eq!(kind(), "LLMScaler");
+        assert_eq!(api_version(), "autoscaling.modelsphere.dev/v1alpha1");
+    }
+
+    #[test]
+    fn enums_spell_their_variants() {
+        assert_eq!(ConditionType::ALL.len(), 5);
+        assert_eq!(
+            ConditionType::ReplicasContested.as_str(),
+            "ReplicasContested"
+        );
+        assert_eq!(Reason::OwnedByLLMScaler.to_string(), "OwnedByLLMScaler");
+        let mut seen = std::collections::BTreeSet::new();
+        assert!(Reason::ALL.iter().all(|r| seen.insert(r.as_str())));
+    }
+}

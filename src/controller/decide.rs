@@ -1,0 +1,131 @@
+//! Decide: the pure part of a sync. From what was observed, the scaler's memory and the time, the
+//! engine's decision, whether and what to write to `spec.replicas`, and who holds the field
+//! (`docs/scaling.md`, `docs/writing-replicas.md#contest`). No I/O: table-tested below.
+
+use llmscaler_api::{LLMScaler, LLMScalerSpec};
+
+use super::history::{history_from_status, refresh_interval_ms};
+use super::state::ScalerState;
+use super::target::TargetState;
+use crate::engine::conditions::{Ownership, WriteOutcome};
+use crate::engine::contest::{claimed_before, contested_by, recent_contest};
+use crate::engine::{self, Decision, History, Policy, Signal};
+
+/// A write of `spec.replicas` the sync wants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicasWrite {
+    /// The value before, replicas.
+    pub from: i32,
+    /// The value to apply, replicas.
+    pub to: i32,
+    /// Mark victims first (a scale-down).
+    pub scale_down: bool,
+}
+
+/// What a sync decided, before acting.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The engine's decision.
+    pub decision: Decision,
+    /// The write to make, if any: a change, or a claim / re-assert of the unchanged value.
+    pub write: Option<ReplicasWrite>,
+    /// The field manager that took `spec.replicas` from the operator at this sync.
+    pub contested_by: Option<String>,
+    /// The stabilization history after the sync, and its refresh interval (ms).
+    pub history: (History, i64),
+}
+
+/// Decides one sync at `now_ms` (Unix milliseconds): the engine on the observed target and
+/// signal, then contest detection and the re-assert throttle. Updates `state` (history, contest
+/// memory). `sync_period_ms` is the scaler's sync period.
+pub fn decide(
+    scaler: &LLMScaler,
+    spec: &LLMScalerSpec,
+    target: &TargetState,
+    signal: &Signal,
+    state: &mut ScalerState,
+    now_ms: i64,
+    sync_period_ms: i64,
+) -> Plan {
+    let policy = Policy::from_spec(spec);
+    let refresh_ms = refresh_interval_ms(policy.window_ms, sync_period_ms);
+    // While leading, the history lives in memory; after a restart or a leader change it comes
+    // back from status, shifted later by the refresh interval (never an early scale-down).
+    let mut history = state
+        .history
+        .take()
+        .unwrap_or_else(|| history_from_status(scaler.status.as_ref(), refresh_ms));
+    let decision = engine::decide(&policy, &target.observation(), signal, &mut history, now_ms);
+    if policy.window_ms > 0 {
+        state.history = Some(history.clone());
+    }
+
+    let previous = previous_conditions(scaler);
+    let contested_by = contested_by(
+        claimed_before(previous),
+        target.owns_replicas,
+        &target.other_replicas_managers,
+    );
+    if contested_by.is_some() {
+        state.contest.saw_contest(now_ms);
+    }
+    let changes = decision.replicas != target.spec_replicas;
+    // Claim the field on first contact and re-assert it after a contest, at most once per sync
+    // period; a held sync asserts nothing.
+    let reassert = state.contest.reassert_due(
+        target.owns_replicas,
+        decision.recommendation.is_none(),
+        now_ms,
+        sync_period_ms,
+    );
+    let write = (changes || reassert).then_some(ReplicasWrite {
+        from: target.spec_replicas,
+        to: decision.replicas,
+        scale_down: decision.replicas < target.spec_replicas,
+    });
+    Plan {
+        decision,
+        write,
+        contested_by,
+        history: (history, refresh_ms),
+    }
+}
+
+/// Who holds `spec.replicas` after the sync wrote (or not): for `ReplicasContested`.
+pub fn ownership(
+    plan: &Plan,
+    scaler: &LLMScaler,
+    target: &TargetState,
+    state: &ScalerState,
+    write: &WriteOutcome,
+    now_ms: i64,
+) -> Ownership {
+    if let Some(manager) = &plan.contested_by {
+        return Ownership::Contested(manager.clone());
+    }
+    if let Some(previous) = recent_contest(
+        previous_conditions(scaler),
+        now_ms,
+        state.contest.last_contest_ms,
+    ) {
+        return Ownership::RecentlyContested(previous);
+    }
+    if target.owns_replicas || *write == WriteOutcome::Wrote {
+        Ownership::Owned
+    } else {
+        Ownership::NotClaimed
+    }
+}
+
+fn previous_conditions(
+    scaler: &LLMScaler,
+) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+    scaler
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! Report: what a sync tells the world — the new status (conditions merged with their transition
+//! times, replicas, the persisted history), the Events of condition flips, the operator's own
+//! metrics and the sync log line (`docs/conditions.md`, `docs/metrics.md`). Building the status is
+//! pure; [`super::act`] writes it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use llmscaler_api::{LLMScaler, LLMScalerSpec, LLMScalerStatus};
+
+use super::history::history_to_persist;
+use crate::engine::conditions::{self, ConditionSpec, EventSpec};
+use crate::engine::{Decision, History};
+use crate::metrics::Readings;
+use crate::telemetry::Metrics;
+
+/// What a sync established for the status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// The target's ready replicas, when the target was read.
+    pub current_replicas: Option<i32>,
+    /// status `desiredReplicas`, when a decision was made.
+    pub desired_replicas: Option<i32>,
+    /// `(from, to)` when `spec.replicas` was written.
+    pub wrote_replicas: Option<(i32, i32)>,
+    /// The conditions the sync decided (others keep their previous value).
+    pub conditions: Vec<ConditionSpec>,
+    /// The stabilization history and its refresh interval (ms), when a decision was made.
+    pub history: Option<(History, i64)>,
+}
+
+/// The new status of `scaler` after a sync at `now`, and the Events of the condition flips.
+pub fn status(
+    scaler: &LLMScaler,
+    outcome: &Outcome,
+    now: Timestamp,
+) -> (LLMScalerStatus, Vec<EventSpec>) {
+    let previous = scaler.status.clone().unwrap_or_default();
+    let previous_conditions = previous.conditions.as_deref().unwrap_or_default();
+    let (merged, flipped) = conditions::merge(
+        previous_conditions,
+        &outcome.conditions,
+        scaler.metadata.generation,
+        now,
+    );
+    let events = conditions::flip_events(previous_conditions, &flipped);
+    let status = LLMScalerStatus {
+        current_replicas: outcome.current_replicas.or(previous.current_replicas),
+        desired_replicas: outcome.desired_replicas.or(previous.desired_replicas),
+        observed_generation: scaler.metadata.generation,
+        last_scale_time: if outcome.wrote_replicas.is_some_and(|(from, to)| from != to) {
+            Some(Time(now))
+        } else {
+            previous.last_scale_time.clone()
+        },
+        recommendations: match &outcome.history {
+            Some((history, refresh_ms)) => {
+                history_to_persist(previous.recommendations.as_ref(), history, *refresh_ms)
+            }
+            None => previous.recommendations.clone(),
+        },
+        conditions: Some(merged),
+    };
+    (status, events)
+}
+
+/// Records the readings of a sync in the operator's metrics: each value read, each failure by
+/// kind.
+pub fn record_readings(
+    telemetry: &Metrics,
+    spec: &LLMScalerSpec,
+    (namespace, name): (&str, &str),
+    readings: &Readings,
+) {
+    match readings {
+        Readings::Metrics(values) => {
+            for (i, value) in values.iter().enumerate() {
+                if let Ok(v) = value {
+                    let metric = spec
+                        .metrics()
+                        .get(i)
+                        .map_or_else(|| format!("metric{i}"), |m| m.display_name(i));
+                    telemetry.set_metric_value(namespace, name, &metric, *v);
+                }
+            }
+        }
+        Readings::Decision(Ok(n)) => {
+            telemetry.set_metric_value(namespace, name, "decision", f64::from(*n));
+        }
+        Readings::Decision(Err(_)) => {}
+    }
+    for (metric, err) in readings.errors(spec) {
+        telemetry.count_metric_error(namespace, name, &metric, err.kind());
+    }
+}
+
+/// Records a decision in the operator's metrics and logs the sync line.
+pub fn record_decision(
+    telemetry: &Metrics,
+    (namespace, name): (&str, &str),
+    (spec_replicas, ready_replicas): (i32, i32),
+    decision: &Decision,
+) {
+    telemetry.set_replicas(
+        namespace,
+        name,
+        ready_replicas,
+        decision.desired,
+        decision.recommendation,
+    );
+    tracing::info!(
+        scaler = %format!("{namespace}/{name}"),
+        ready = ready_replicas,
+        spec = spec_replicas,
+        desired = decision.desired,
+        replicas = decision.replicas,
+        action = decision.action.as_str(),
+        reason = decision.reason.as_str(),
+        "sync"
+    );
+}
