@@ -177,7 +177,9 @@ pub enum Reason {
     Steady,
     /// The raw recommendation is lower but the stabilization window keeps the fleet.
     ScaleDownStabilized,
-    /// No metric could be measured (or the decision server failed): hold.
+    /// No metric could be measured (or the decision server failed) and the held
+    /// `spec.replicas` stays as it is. (When the clamp or the window moves a held value, the
+    /// reason is the move's: `ScaledDown`, `StepCapped`, `ScaledUp` or a deferral.)
     MetricsUnavailable,
     /// A Deployment rollout is in progress: change deferred.
     RolloutInProgress,
@@ -206,11 +208,12 @@ impl Reason {
 pub struct Decision {
     /// `spec.replicas` after this sync (equal to the observed value when nothing is written).
     pub replicas: i32,
-    /// status `desiredReplicas`: clamped and stabilized, before the step cap; on hold, the
-    /// observed `spec.replicas`.
+    /// status `desiredReplicas`: clamped and stabilized, before the step cap. On hold the
+    /// observed `spec.replicas` stands in for the recommendation, so this is that value clamped
+    /// and stabilized.
     pub desired: i32,
     /// Largest per-metric (or the decision server's) recommendation before clamping, saturated
-    /// to i32; `None` on hold.
+    /// to i32; `None` on hold (nothing measurable), even when the held value is then clamped.
     pub recommendation: Option<i32>,
     /// The bound that clamped the recommendation, if any.
     pub limited: Option<Limit>,
@@ -308,6 +311,11 @@ fn evaluate_metric(input: &MetricInput, ready_replicas: i32) -> MetricOutcome {
 /// monotonic-enough clock shared with the history (the controller uses Unix time). The history
 /// is updated in place: the clamped recommendation is recorded, entries older than the window
 /// dropped, and after a scale-down with a window the history is replaced by the value written.
+///
+/// A held sync (every metric skipped, or the decision server failed) recommends the observed
+/// `spec.replicas`; that value is clamped, recorded and step-capped like any other, so a held
+/// fleet above `maxReplicas` still comes down to it, and a held sync inside the window keeps a
+/// later low reading from scaling down early. [`Decision::recommendation`] stays `None`.
 pub fn decide(
     policy: &Policy,
     observed: &Observation,
@@ -317,18 +325,11 @@ pub fn decide(
 ) -> Decision {
     let spec = observed.spec_replicas;
     let (recommendation, metrics) = recommend(signal, observed.ready_replicas);
-
-    let Some(raw) = recommendation else {
-        return Decision {
-            replicas: spec,
-            desired: spec,
-            recommendation: None,
-            limited: None,
-            action: Action::None,
-            reason: Reason::MetricsUnavailable,
-            metrics,
-        };
-    };
+    // Hold: nothing measurable recommends the current spec.replicas, which then goes through
+    // clamp, window, step cap and guards like any recommendation (so a lowered maxReplicas
+    // still applies, and the window remembers the held value).
+    let held = recommendation.is_none();
+    let raw = recommendation.unwrap_or(spec);
 
     let (clamped, limited) = policy.clamp(raw);
     let desired = if policy.window_ms > 0 {
@@ -342,6 +343,8 @@ pub fn decide(
         Reason::ScaledUp
     } else if desired < spec {
         Reason::ScaledDown
+    } else if held {
+        Reason::MetricsUnavailable
     } else if clamped < spec {
         Reason::ScaleDownStabilized
     } else {
@@ -369,7 +372,7 @@ pub fn decide(
         return Decision {
             replicas: spec,
             desired,
-            recommendation: Some(raw),
+            recommendation,
             limited,
             action: Action::Deferred,
             reason,
@@ -391,7 +394,7 @@ pub fn decide(
     Decision {
         replicas: target,
         desired,
-        recommendation: Some(raw),
+        recommendation,
         limited,
         action,
         reason,
