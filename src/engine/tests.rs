@@ -383,12 +383,24 @@ fn held_sync_is_recorded_in_the_window() {
             replicas: 5
         }]
     );
-    let d = decide(&p, &settled(5), &one_metric(0.0, "0.5"), &mut history, 10_000);
+    let d = decide(
+        &p,
+        &settled(5),
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        10_000,
+    );
     assert_eq!(
         (d.replicas, d.desired, d.action, d.reason),
         (5, 5, Action::None, Reason::ScaleDownStabilized)
     );
     // Once the held record has left the window, the low reading scales down.
-    let d = decide(&p, &settled(5), &one_metric(0.0, "0.5"), &mut history, 60_000);
+    let d = decide(
+        &p,
+        &settled(5),
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        60_000,
+    );
     assert_eq!((d.replicas, d.action), (1, Action::ScaleDown));
 }
