@@ -1,5 +1,6 @@
 //! Runs the `llmscaler simulate` binary on small CSV files and compares the whole output, one
-//! case per row of the worked-numbers table in spec §2, plus the input error cases.
+//! case per row of the worked-numbers table in `docs/scaling.md#worked-numbers`, plus the input
+//! error cases.
 
 use std::path::Path;
 use std::process::Command;

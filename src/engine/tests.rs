@@ -1,4 +1,5 @@
-//! The worked numbers of spec §2, one test per row, plus the window and guard edges.
+//! The worked numbers of `docs/scaling.md#worked-numbers`, one test per row, plus the window
+//! and guard edges.
 
 use super::*;
 
