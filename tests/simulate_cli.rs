@@ -1,5 +1,6 @@
 //! Runs the `llmscaler simulate` binary on small CSV files and compares the whole output, one
-//! case per row of the worked-numbers table in spec §2, plus the input error cases.
+//! case per row of the worked-numbers table in `docs/scaling.md#worked-numbers`, plus the input
+//! error cases.
 
 use std::path::Path;
 use std::process::Command;
@@ -205,6 +206,72 @@ fn rows_custom_provider() {
             &["--initial-replicas", "4"]
         ),
         "t,ready,desired,replicas,action,reason,decision\n0,4,2,2,scale_down,ScaledDown,0\n"
+    );
+}
+
+#[test]
+fn held_sync_above_max_is_clamped_to_max() {
+    // maxReplicas 5, the fleet at 8, the only metric empty: the held 8 is clamped to 5.
+    let out = ok(
+        &one_metric(1, 5, ""),
+        "t,queue\n0,\n15,\n",
+        &["--initial-replicas", "8"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,queue\n\
+         0,8,5,5,scale_down,ScaledDown,\n\
+         15,5,5,5,none,MetricsUnavailable,\n"
+    );
+}
+
+#[test]
+fn held_sync_is_recorded_in_the_window() {
+    // Window 60 s, the fleet at 5: t=0 nothing measurable (hold at 5, recorded), t=10 the metric
+    // reads 0: the held 5 is still inside the window, so the fleet stays until t=60.
+    let scaler = one_metric(1, 10, "  scaleDown: {stabilizationWindowSeconds: 60}\n");
+    let out = ok(
+        &scaler,
+        "t,queue\n0,\n10,0\n60,0\n",
+        &["--initial-replicas", "5"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,queue\n\
+         0,5,5,5,none,MetricsUnavailable,\n\
+         10,5,5,5,none,ScaleDownStabilized,0\n\
+         60,5,1,1,scale_down,ScaledDown,0\n"
+    );
+}
+
+#[test]
+fn decisions_the_client_refuses_hold() {
+    // Negative, non-integer and over-int32 decisions are refused by the decision-server client;
+    // the replay holds on them as the operator does, and acts on the next valid one.
+    let scaler = format!(
+        "{HEADER}  metricProvider: Custom\n  customProvider: {{serviceId: llama}}\n  minReplicas: 1\n  maxReplicas: 20\n"
+    );
+    let out = ok(
+        &scaler,
+        "t,decision\n0,-1\n15,1.5\n30,2147483648\n45,3.0\n60,6\n",
+        &["--initial-replicas", "4"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,decision\n\
+         0,4,4,4,none,MetricsUnavailable,-1\n\
+         15,4,4,4,none,MetricsUnavailable,1.5\n\
+         30,4,4,4,none,MetricsUnavailable,2147483648\n\
+         45,4,3,3,scale_down,ScaledDown,3.0\n\
+         60,3,6,6,scale_up,ScaledUp,6\n"
+    );
+    let out = simulate(&scaler, "t,decision\n0,four\n", &[]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("line 2, column \"decision\": \"four\" is not a number or empty"),
+        "{}",
+        out.stderr
     );
 }
 

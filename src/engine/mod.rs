@@ -1,4 +1,5 @@
-//! The decision engine: pure, no I/O, time passed in (spec §2).
+//! The decision engine: pure, no I/O, time passed in
+//! (`docs/scaling.md#steps-of-one-sync`).
 //!
 //! One sync = one call to [`decide`]: it takes what the controller (or `simulate`, or `probe`)
 //! observed of the target, the metric readings or the decision server's answer, the scaler's
@@ -40,8 +41,9 @@ impl Policy {
         }
     }
 
-    /// Clamps a recommendation to `[minReplicas, maxReplicas]` (spec §2 step 4) and says which
-    /// bound applied, if any. When `min > max` (refused by admission) the maximum wins.
+    /// Clamps a recommendation to `[minReplicas, maxReplicas]` (`docs/scaling.md`, step 4) and
+    /// says which bound applied, if any. When `min > max` (refused by admission) the maximum
+    /// wins.
     pub fn clamp(&self, replicas: i32) -> (i32, Option<Limit>) {
         if replicas > self.max_replicas {
             (self.max_replicas, Some(Limit::Max))
@@ -56,7 +58,7 @@ impl Policy {
 /// What was read of the target at this sync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Observation {
-    /// The target's `spec.replicas` (missing is read as 1, spec §2 step 2).
+    /// The target's `spec.replicas` (missing is read as 1, `docs/scaling.md`, step 2).
     pub spec_replicas: i32,
     /// The target's `status.readyReplicas` (missing is 0).
     pub ready_replicas: i32,
@@ -65,7 +67,7 @@ pub struct Observation {
     pub rollout_in_progress: bool,
 }
 
-/// Spec §2 step 7: a Deployment is mid-rollout when `status.observedGeneration <
+/// `docs/guards.md#rollout-guard`: a Deployment is mid-rollout when `status.observedGeneration <
 /// metadata.generation`, or `status.updatedReplicas < spec.replicas`, or `status.replicas >
 /// status.updatedReplicas`. Missing status fields count as 0.
 pub fn rollout_in_progress(
@@ -80,7 +82,8 @@ pub fn rollout_in_progress(
         || status_replicas > updated_replicas
 }
 
-/// Why one metric gave no recommendation: it is skipped, never read as zero (spec §2 step 3).
+/// Why one metric gave no recommendation: it is skipped, never read as zero
+/// (`docs/scaling.md`, step 3).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Skip {
     /// The query failed or returned no usable sample; the text says why.
@@ -180,7 +183,9 @@ pub enum Reason {
     Steady,
     /// The raw recommendation is lower but the stabilization window keeps the fleet.
     ScaleDownStabilized,
-    /// No metric could be measured (or the decision server failed): hold.
+    /// No metric could be measured (or the decision server failed) and the held
+    /// `spec.replicas` stays as it is. (When the clamp or the window moves a held value, the
+    /// reason is the move's: `ScaledDown`, `StepCapped`, `ScaledUp` or a deferral.)
     MetricsUnavailable,
     /// A Deployment rollout is in progress: change deferred.
     RolloutInProgress,
@@ -209,11 +214,12 @@ impl Reason {
 pub struct Decision {
     /// `spec.replicas` after this sync (equal to the observed value when nothing is written).
     pub replicas: i32,
-    /// status `desiredReplicas`: clamped and stabilized, before the step cap; on hold, the
-    /// observed `spec.replicas`.
+    /// status `desiredReplicas`: clamped and stabilized, before the step cap. On hold the
+    /// observed `spec.replicas` stands in for the recommendation, so this is that value clamped
+    /// and stabilized.
     pub desired: i32,
     /// Largest per-metric (or the decision server's) recommendation before clamping, saturated
-    /// to i32; `None` on hold.
+    /// to i32; `None` on hold (nothing measurable), even when the held value is then clamped.
     pub recommendation: Option<i32>,
     /// The bound that clamped the recommendation, if any.
     pub limited: Option<Limit>,
@@ -258,7 +264,8 @@ pub fn signal_for(
     }
 }
 
-/// The recommendation of a signal before clamping (spec §2 step 3), with per-metric outcomes.
+/// The recommendation of a signal before clamping (`docs/scaling.md`, step 3), with per-metric
+/// outcomes.
 /// `None` means hold: every metric was skipped or the decision server failed.
 pub fn recommend(signal: &Signal, ready_replicas: i32) -> (Option<i32>, Vec<MetricOutcome>) {
     match signal {
@@ -307,10 +314,17 @@ fn evaluate_metric(input: &MetricInput, ready_replicas: i32) -> MetricOutcome {
     }
 }
 
-/// One sync of spec §2, steps 3–8. `now_ms` is the evaluation time in milliseconds on any
-/// monotonic-enough clock shared with the history (the controller uses Unix time). The history
-/// is updated in place: the clamped recommendation is recorded, entries older than the window
-/// dropped, and after a scale-down with a window the history is replaced by the value written.
+/// One sync of `docs/scaling.md`, steps 3–8. `now_ms` is the evaluation time in milliseconds on
+/// any monotonic-enough clock shared with the history (the controller uses Unix time). The
+/// history is updated in place: the clamped recommendation is recorded, entries older than the
+/// window dropped, and after a scale-down with a window the history is replaced by the value
+/// written.
+///
+/// A held sync (every metric skipped, or the decision server failed) recommends the observed
+/// `spec.replicas`; that value is clamped, recorded and step-capped like any other, so a held
+/// fleet above `maxReplicas` still comes down to it, and a held sync inside the window keeps a
+/// later low reading from scaling down early. [`Decision::recommendation`] stays `None`
+/// (`docs/scaling.md#holding`).
 pub fn decide(
     policy: &Policy,
     observed: &Observation,
@@ -320,18 +334,11 @@ pub fn decide(
 ) -> Decision {
     let spec = observed.spec_replicas;
     let (recommendation, metrics) = recommend(signal, observed.ready_replicas);
-
-    let Some(raw) = recommendation else {
-        return Decision {
-            replicas: spec,
-            desired: spec,
-            recommendation: None,
-            limited: None,
-            action: Action::None,
-            reason: Reason::MetricsUnavailable,
-            metrics,
-        };
-    };
+    // Hold: nothing measurable recommends the current spec.replicas, which then goes through
+    // clamp, window, step cap and guards like any recommendation (so a lowered maxReplicas
+    // still applies, and the window remembers the held value).
+    let held = recommendation.is_none();
+    let raw = recommendation.unwrap_or(spec);
 
     let (clamped, limited) = policy.clamp(raw);
     let desired = if policy.window_ms > 0 {
@@ -345,6 +352,8 @@ pub fn decide(
         Reason::ScaledUp
     } else if desired < spec {
         Reason::ScaledDown
+    } else if held {
+        Reason::MetricsUnavailable
     } else if clamped < spec {
         Reason::ScaleDownStabilized
     } else {
@@ -372,7 +381,7 @@ pub fn decide(
         return Decision {
             replicas: spec,
             desired,
-            recommendation: Some(raw),
+            recommendation,
             limited,
             action: Action::Deferred,
             reason,
@@ -394,7 +403,7 @@ pub fn decide(
     Decision {
         replicas: target,
         desired,
-        recommendation: Some(raw),
+        recommendation,
         limited,
         action,
         reason,

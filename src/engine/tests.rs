@@ -1,4 +1,5 @@
-//! The worked numbers of spec §2, one test per row, plus the window and guard edges.
+//! The worked numbers of `docs/scaling.md#worked-numbers`, one test per row, plus the window
+//! and guard edges.
 
 use super::*;
 
@@ -292,13 +293,115 @@ fn custom_provider_rows() {
     assert_eq!(d.replicas, 20);
 }
 
+fn empty_metric() -> Signal {
+    Signal::Metrics(vec![MetricInput {
+        name: "metric0".into(),
+        target: "0.5".into(),
+        value: Err("no data".into()),
+    }])
+}
+
 #[test]
-fn held_fleet_records_nothing() {
+fn held_sync_is_clamped_to_max() {
+    // maxReplicas 5, the fleet at 8, the only metric empty: the held 8 is clamped to 5.
+    let d = run(&policy(1, 5), &settled(8), &empty_metric());
+    assert_eq!(
+        (d.replicas, d.desired, d.action, d.reason),
+        (5, 5, Action::ScaleDown, Reason::ScaledDown)
+    );
+    assert_eq!((d.recommendation, d.limited), (None, Some(Limit::Max)));
+}
+
+#[test]
+fn held_sync_is_clamped_to_min() {
+    let d = run(&policy(2, 5), &settled(0), &empty_metric());
+    assert_eq!(
+        (d.replicas, d.action, d.reason),
+        (2, Action::ScaleUp, Reason::ScaledUp)
+    );
+    assert_eq!((d.recommendation, d.limited), (None, Some(Limit::Min)));
+}
+
+#[test]
+fn held_sync_within_bounds_keeps_metrics_unavailable() {
+    let d = run(&policy(1, 10), &settled(4), &empty_metric());
+    assert_eq!(
+        (d.replicas, d.desired, d.action, d.reason),
+        (4, 4, Action::None, Reason::MetricsUnavailable)
+    );
+    assert_eq!((d.recommendation, d.limited), (None, None));
+}
+
+#[test]
+fn held_sync_clamp_goes_through_step_cap_and_guards() {
+    let p = Policy {
+        max_step_replicas: 2,
+        ..policy(1, 5)
+    };
+    let d = run(&p, &settled(8), &empty_metric());
+    assert_eq!(
+        (d.replicas, d.desired, d.reason, d.limited),
+        (6, 5, Reason::StepCapped, Some(Limit::Max))
+    );
+    let rolling = Observation {
+        rollout_in_progress: true,
+        ..settled(8)
+    };
+    let d = run(&policy(1, 5), &rolling, &empty_metric());
+    assert_eq!(
+        (d.replicas, d.desired, d.action, d.reason),
+        (8, 5, Action::Deferred, Reason::RolloutInProgress)
+    );
+    let unsettled = Observation {
+        ready_replicas: 7,
+        ..settled(8)
+    };
+    let d = run(&policy(1, 5), &unsettled, &empty_metric());
+    assert_eq!(
+        (d.replicas, d.action, d.reason),
+        (8, Action::Deferred, Reason::ScaleDownNotSettled)
+    );
+}
+
+#[test]
+fn held_sync_is_recorded_in_the_window() {
+    // Window 60 s, the fleet at 5: t=0 the metric is empty (hold at 5, recorded), t=10 s it
+    // reads 0: the window still holds 5, so the fleet stays.
     let p = Policy {
         window_ms: 60_000,
-        ..policy(1, 20)
+        ..policy(1, 10)
     };
     let mut history = History::default();
-    decide(&p, &settled(4), &one_metric(f64::NAN, "1"), &mut history, 0);
-    assert!(history.records().is_empty());
+    let d = decide(&p, &settled(5), &empty_metric(), &mut history, 0);
+    assert_eq!(
+        (d.replicas, d.action, d.reason),
+        (5, Action::None, Reason::MetricsUnavailable)
+    );
+    assert_eq!(
+        history.records(),
+        &[Record {
+            at_ms: 0,
+            replicas: 5
+        }]
+    );
+    let d = decide(
+        &p,
+        &settled(5),
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        10_000,
+    );
+    assert_eq!(
+        (d.replicas, d.desired, d.action, d.reason),
+        (5, 5, Action::None, Reason::ScaleDownStabilized)
+    );
+    // Once the held record has left the window, the low reading scales down.
+    let d = decide(
+        &p,
+        &settled(5),
+        &one_metric(0.0, "0.5"),
+        &mut history,
+        60_000,
+    );
+    assert_eq!((d.replicas, d.action), (1, Action::ScaleDown));
 }

@@ -3,7 +3,9 @@
 //! Columns: `t` (seconds from the start, strictly increasing), one per metric named by
 //! `spec.metrics[].name` (or `metric<i>`), or `decision` under the Custom provider; optional
 //! `ready` (observed ready replicas) and `rollout` (1 = mid-rollout). Metric cells hold a number,
-//! `NaN`, `+Inf`, `-Inf`, or nothing (the query failed / no data).
+//! `NaN`, `+Inf`, `-Inf`, or nothing (the query failed / no data). `decision` cells hold the
+//! decision server's `replicas.active` or nothing (the server failed); a number the real client
+//! refuses (negative, not whole, over int32) is a refused reading and the fleet holds.
 
 use std::io::Read;
 
@@ -210,14 +212,32 @@ fn parse_value(text: &str) -> Result<Result<f64, String>, String> {
         .map_err(|_| format!("{text:?} is not a number, NaN, +Inf, -Inf or empty"))
 }
 
-/// A `decision` cell: a whole number (`replicas.active`), or empty (`Err`: the server failed).
+/// A `decision` cell, read as the decision-server client reads `replicas.active`
+/// ([`crate::metrics::DecisionSource::decide`]): a whole number from 0 to `i32::MAX` (`3.0`
+/// counts as 3). A number the client refuses (negative, not whole such as `1.5`, `NaN`, or over
+/// the int32 maximum) is a refused reading: the inner `Err`, and the fleet holds as it would
+/// with the real server. An empty cell is the inner `Err` too (the server failed). The outer
+/// `Err` is a cell that is not a number at all: an input error.
 fn parse_decision(text: &str) -> Result<Result<i64, String>, String> {
     if text.is_empty() {
         return Ok(Err(NO_DECISION.to_string()));
     }
-    text.parse::<i64>()
-        .map(Ok)
-        .map_err(|_| format!("{text:?} is not a whole replica count or empty"))
+    let number: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number or empty"))?;
+    let refused = |why: String| Ok(Err(format!("unusable replicas.active: {why}")));
+    if !number.is_finite() || number.fract() != 0.0 {
+        refused(format!("{text} is not a whole number"))
+    } else if number < 0.0 {
+        refused(format!("{text} is negative"))
+    } else if number > f64::from(i32::MAX) {
+        refused(format!("{text} is over the int32 maximum {}", i32::MAX))
+    } else {
+        // Whole and within 0..=i32::MAX: the cast is exact.
+        #[allow(clippy::cast_possible_truncation)]
+        let active = number as i64;
+        Ok(Ok(active))
+    }
 }
 
 #[cfg(test)]
@@ -282,6 +302,31 @@ mod tests {
         .expect("valid");
         assert_eq!(rows[0].decision, Ok(15));
         assert_eq!(rows[1].decision, Err(NO_DECISION.to_string()));
-        assert!(read_rows("t,decision\n0,1.5\n".as_bytes(), &cols(&["decision"]), true).is_err());
+    }
+
+    #[test]
+    fn decision_cells_the_client_refuses_are_refused_readings() {
+        let decision = |cell: &str| {
+            read_rows(
+                format!("t,decision\n0,{cell}\n").as_bytes(),
+                &cols(&["decision"]),
+                true,
+            )
+            .map(|rows| rows[0].decision.clone())
+        };
+        let refused = |why: &str| Ok(Err(format!("unusable replicas.active: {why}")));
+        assert_eq!(decision("3.0"), Ok(Ok(3)));
+        assert_eq!(decision("2147483647"), Ok(Ok(i64::from(i32::MAX))));
+        assert_eq!(decision("-1"), refused("-1 is negative"));
+        assert_eq!(decision("1.5"), refused("1.5 is not a whole number"));
+        assert_eq!(decision("NaN"), refused("NaN is not a whole number"));
+        assert_eq!(
+            decision("2147483648"),
+            refused("2147483648 is over the int32 maximum 2147483647")
+        );
+        assert_eq!(
+            decision("abc").expect_err("not a number").to_string(),
+            "line 2, column \"decision\": \"abc\" is not a number or empty"
+        );
     }
 }
