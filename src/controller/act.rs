@@ -11,12 +11,13 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider, S
 use serde_json::json;
 
 use super::Context;
-use super::decide::ReplicasWrite;
+use super::decide::{Plan, ReplicasWrite};
 use super::leadership::NotLeader;
+use super::observe::Observed;
 use super::state::ScalerState;
 use super::target::{self, TargetError, TargetState};
 use super::victims::{self, VictimError};
-use crate::engine::conditions::{EventSpec, WriteOutcome};
+use crate::engine::conditions::{self, EventSpec, WriteOutcome};
 use crate::metrics::MetricSource;
 
 /// Why a write of `spec.replicas` (with its victim marks) did not happen.
@@ -40,6 +41,51 @@ impl WriteError {
             WriteError::Mark(err) => WriteOutcome::MarkFailed(err.to_string()),
             WriteError::Apply(err) => WriteOutcome::WriteFailed(err.to_string()),
             WriteError::NotLeader(err) => WriteOutcome::WriteFailed(err.to_string()),
+        }
+    }
+}
+
+/// Carries out the plan's write of `spec.replicas`, if any, and announces it with an Event.
+/// Returns what happened, for `AbleToScale` and `ReplicasContested`.
+pub async fn carry_out(
+    ctx: &Context,
+    scaler: &LLMScaler,
+    spec: &LLMScalerSpec,
+    observed: &Observed,
+    plan: &Plan,
+    state: &mut ScalerState,
+) -> WriteOutcome {
+    let Some(write) = &plan.write else {
+        return WriteOutcome::NotNeeded;
+    };
+    let namespace = scaler.namespace().unwrap_or_default();
+    let name = scaler.name_any();
+    let scaler_key = (namespace.as_str(), name.as_str());
+    let written = write_replicas(
+        ctx,
+        spec,
+        scaler_key,
+        &observed.resource,
+        &observed.target,
+        write,
+        state,
+    )
+    .await;
+    match written {
+        Ok(()) => {
+            let event = conditions::replicas_event(
+                (spec.target_ref.kind.as_str(), spec.target_ref.name.as_str()),
+                (write.from, write.to),
+                plan.decision.action,
+                plan.decision.reason,
+                plan.contested_by.as_deref(),
+            );
+            publish(ctx, scaler, event.as_slice()).await;
+            WriteOutcome::Wrote
+        }
+        Err(err) => {
+            tracing::warn!(scaler = %format!("{namespace}/{name}"), error = %err, "writing spec.replicas failed");
+            err.outcome()
         }
     }
 }

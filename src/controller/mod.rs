@@ -271,9 +271,7 @@ async fn decide_and_act(
     now: Timestamp,
 ) -> Outcome {
     let Observed {
-        resource,
-        target,
-        readings,
+        target, readings, ..
     } = observed;
     let namespace = scaler.namespace().unwrap_or_default();
     let name = scaler.name_any();
@@ -300,28 +298,7 @@ async fn decide_and_act(
     );
 
     let target_name = (spec.target_ref.kind.as_str(), spec.target_ref.name.as_str());
-    let write = match &plan.write {
-        None => WriteOutcome::NotNeeded,
-        Some(write) => {
-            match act::write_replicas(ctx, spec, scaler_key, resource, target, write, state).await {
-                Ok(()) => {
-                    let event = conditions::replicas_event(
-                        target_name,
-                        (write.from, write.to),
-                        decision.action,
-                        decision.reason,
-                        plan.contested_by.as_deref(),
-                    );
-                    act::publish(ctx, scaler, event.as_slice()).await;
-                    WriteOutcome::Wrote
-                }
-                Err(err) => {
-                    tracing::warn!(scaler = %format!("{namespace}/{name}"), error = %err, "writing spec.replicas failed");
-                    err.outcome()
-                }
-            }
-        }
-    };
+    let write = act::carry_out(ctx, scaler, spec, observed, &plan, state).await;
     let ownership: Ownership = decide::ownership(&plan, scaler, target, state, &write, now_ms);
     let skipped: Vec<(String, String)> = readings
         .errors(spec)
