@@ -51,10 +51,15 @@ pub fn decide(
     let refresh_ms = refresh_interval_ms(policy.window_ms, sync_period_ms);
     // While leading, the history lives in memory; after a restart or a leader change it comes
     // back from status, shifted later by the refresh interval (never an early scale-down).
-    let mut history = state
-        .history
-        .take()
-        .unwrap_or_else(|| history_from_status(scaler.status.as_ref(), refresh_ms));
+    // Without a window nothing is kept: records of an earlier window are dropped.
+    let mut history = if policy.window_ms > 0 {
+        state
+            .history
+            .take()
+            .unwrap_or_else(|| history_from_status(scaler.status.as_ref(), refresh_ms))
+    } else {
+        History::default()
+    };
     let decision = engine::decide(&policy, &target.observation(), signal, &mut history, now_ms);
     if policy.window_ms > 0 {
         state.history = Some(history.clone());

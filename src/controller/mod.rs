@@ -310,6 +310,7 @@ async fn decide_and_act(
         decision_reason: decision.reason,
         limited: decision.limited,
         spec_replicas: target.spec_replicas,
+        replicas: decision.replicas,
         ready_replicas: target.ready_replicas,
         bounds: (spec.min_replicas, spec.max_replicas),
         skipped: &skipped,

@@ -85,6 +85,8 @@ pub struct SyncReport<'a> {
     pub limited: Option<Limit>,
     /// The target's `spec.replicas` before the sync, replicas.
     pub spec_replicas: i32,
+    /// `spec.replicas` after the sync (what a held sync holds at, after the clamp), replicas.
+    pub replicas: i32,
     /// The target's `status.readyReplicas`, replicas.
     pub ready_replicas: i32,
     /// `spec.minReplicas` and `spec.maxReplicas`.
@@ -212,7 +214,7 @@ fn scaling_active(report: &SyncReport<'_>) -> ConditionSpec {
             ConditionType::ScalingActive,
             false,
             Reason::MetricsUnavailable,
-            format!("holding at {} replicas: {list}", report.spec_replicas),
+            format!("holding at {} replicas: {list}", report.replicas),
         )
     } else if !report.skipped.is_empty() {
         ConditionSpec::new(

@@ -253,3 +253,27 @@ fn the_history_comes_back_from_status_shifted_later() {
         assert_eq!(plan.decision.desired, want, "{advance} ms later");
     }
 }
+
+#[test]
+fn without_a_window_old_records_are_dropped() {
+    let mut scaler = scaler(None);
+    scaler.status = Some(LLMScalerStatus {
+        recommendations: Some(vec![llmscaler_api::RecommendationRecord {
+            time: Time(Timestamp::UNIX_EPOCH),
+            replicas: 6,
+        }]),
+        ..LLMScalerStatus::default()
+    });
+    let spec = scaler.spec.clone();
+    let plan = decide(
+        &scaler,
+        &spec,
+        &target(6, &["llmscaler"]),
+        &signal(Some(0.0)),
+        &mut ScalerState::default(),
+        1_000,
+        PERIOD_MS,
+    );
+    assert!(plan.history.0.records().is_empty());
+    assert_eq!(plan.decision.replicas, 1, "no window: straight down");
+}

@@ -16,6 +16,7 @@ fn report<'a>(
         decision_reason: Why::Steady,
         limited: None,
         spec_replicas: 4,
+        replicas: 4,
         ready_replicas: 4,
         bounds: (1, 8),
         skipped,
@@ -230,6 +231,15 @@ fn messages_name_what_happened() {
         derive(&hold)[1].message,
         "holding at 4 replicas: waiting: no data; kv: NaN"
     );
+    // A held fleet above maxReplicas is clamped: the message names where it is held.
+    let clamped = SyncReport {
+        recommendation: None,
+        spec_replicas: 8,
+        replicas: 5,
+        limited: Some(Limit::Max),
+        ..report(&write, &owned, &skipped)
+    };
+    assert!(derive(&clamped)[1].message.starts_with("holding at 5 replicas"));
     let contested = Ownership::Contested("helm".to_owned());
     let message = &derive(&report(&write, &contested, &[]))[4].message;
     assert!(message.starts_with("field manager \"helm\" wrote spec.replicas of Deployment vllm"));
