@@ -47,12 +47,12 @@ impl WriteError {
 
 /// Carries out the plan's write of `spec.replicas`, if any, and announces it with an Event.
 /// Returns what happened, for `AbleToScale` and `ReplicasContested`.
-pub async fn carry_out(
+pub async fn carry_out<E>(
     ctx: &Context,
     scaler: &LLMScaler,
     spec: &LLMScalerSpec,
     observed: &Observed,
-    plan: &Plan,
+    plan: &Plan<E>,
     state: &mut ScalerState,
 ) -> WriteOutcome {
     let Some(write) = &plan.write else {

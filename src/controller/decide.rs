@@ -22,11 +22,11 @@ pub struct ReplicasWrite {
     pub scale_down: bool,
 }
 
-/// What a sync decided, before acting.
+/// What a sync decided, before acting; `E` is the metric source's error type.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub struct Plan<E> {
     /// The engine's decision.
-    pub decision: Decision,
+    pub decision: Decision<E>,
     /// The write to make, if any: a change, or a claim / re-assert of the unchanged value.
     pub write: Option<ReplicasWrite>,
     /// The field manager that took `spec.replicas` from the operator at this sync.
@@ -38,15 +38,15 @@ pub struct Plan {
 /// Decides one sync at `now_ms` (Unix milliseconds): the engine on the observed target and
 /// signal, then contest detection and the re-assert throttle. Updates `state` (history, contest
 /// memory). `sync_period_ms` is the scaler's sync period.
-pub fn decide(
+pub fn decide<E: Clone>(
     scaler: &LLMScaler,
     spec: &LLMScalerSpec,
     target: &TargetState,
-    signal: &Signal,
+    signal: &Signal<E>,
     state: &mut ScalerState,
     now_ms: i64,
     sync_period_ms: i64,
-) -> Plan {
+) -> Plan<E> {
     let policy = Policy::from_spec(spec);
     let refresh_ms = refresh_interval_ms(policy.window_ms, sync_period_ms);
     // While leading, the history lives in memory; after a restart or a leader change it comes
@@ -97,8 +97,8 @@ pub fn decide(
 }
 
 /// Who holds `spec.replicas` after the sync wrote (or not): for `ReplicasContested`.
-pub fn ownership(
-    plan: &Plan,
+pub fn ownership<E>(
+    plan: &Plan<E>,
     scaler: &LLMScaler,
     target: &TargetState,
     state: &ScalerState,

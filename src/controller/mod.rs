@@ -300,11 +300,7 @@ async fn decide_and_act(
     let target_name = (spec.target_ref.kind.as_str(), spec.target_ref.name.as_str());
     let write = act::carry_out(ctx, scaler, spec, observed, &plan, state).await;
     let ownership: Ownership = decide::ownership(&plan, scaler, target, state, &write, now_ms);
-    let skipped: Vec<(String, String)> = readings
-        .errors(spec)
-        .into_iter()
-        .map(|(metric, err)| (metric, err.to_string()))
-        .collect();
+    let skipped = report::skipped(decision);
     let conditions = conditions::derive(&SyncReport {
         recommendation: decision.recommendation,
         decision_reason: decision.reason,

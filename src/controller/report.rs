@@ -93,12 +93,27 @@ pub fn record_readings(
     }
 }
 
+/// The metrics a decision skipped, with the message of each (written here, from the source's
+/// typed error), for `ScalingActive`.
+pub fn skipped<E: std::fmt::Display>(decision: &Decision<E>) -> Vec<(String, String)> {
+    decision
+        .metrics
+        .iter()
+        .filter_map(|m| {
+            m.recommendation
+                .as_ref()
+                .err()
+                .map(|skip| (m.name.clone(), skip.to_string()))
+        })
+        .collect()
+}
+
 /// Records a decision in the operator's metrics and logs the sync line.
-pub fn record_decision(
+pub fn record_decision<E>(
     telemetry: &Metrics,
     (namespace, name): (&str, &str),
     (spec_replicas, ready_replicas): (i32, i32),
-    decision: &Decision,
+    decision: &Decision<E>,
 ) {
     telemetry.set_replicas(
         namespace,

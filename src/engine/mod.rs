@@ -15,7 +15,7 @@ mod ratio;
 pub use history::{History, Record};
 pub use ratio::{metric_recommendation, ratio_recommendation};
 
-use llmscaler_api::{LLMScalerSpec, MetricProvider, parse_target};
+use llmscaler_api::{LLMScalerSpec, parse_target};
 
 /// Bounds and damping taken from a (validated) spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,56 +84,59 @@ pub fn rollout_in_progress(
 
 /// Why one metric gave no recommendation: it is skipped, never read as zero
 /// (`docs/scaling.md`, step 3).
+/// `E` is the metric source's own error type (the controller's `&MetricError`, `simulate`'s
+/// input text), kept typed until a message is written.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Skip {
-    /// The query failed or returned no usable sample; the text says why.
-    Unavailable(String),
+pub enum Skip<E> {
+    /// The reading failed or had no usable sample; the source's error says why.
+    Unavailable(E),
     /// The query returned NaN or ±Inf.
     NotMeasurable(f64),
     /// The target does not parse (only reachable when admission was bypassed).
     BadTarget(String),
 }
 
-impl std::fmt::Display for Skip {
+impl<E: std::fmt::Display> std::fmt::Display for Skip<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Skip::Unavailable(why) => f.write_str(why),
+            Skip::Unavailable(why) => why.fmt(f),
             Skip::NotMeasurable(v) => write!(f, "value {v} is not measurable"),
             Skip::BadTarget(why) => write!(f, "target refused: {why}"),
         }
     }
 }
 
-/// The load signal of one sync.
+/// The load signal of one sync; `E` is the source's error type.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Signal {
+pub enum Signal<E> {
     /// Prometheus: one entry per `spec.metrics[]`, in order: the query's value, or why it could
     /// not be read.
-    Metrics(Vec<MetricInput>),
-    /// Custom provider: `replicas.active` of the matching decision, or why there is none.
-    Decision(Result<i64, String>),
+    Metrics(Vec<MetricInput<E>>),
+    /// Custom provider: `replicas.active` of the matching decision (replicas, 0..=i32::MAX as
+    /// the decision-server client accepts it), or why there is none.
+    Decision(Result<i32, E>),
 }
 
 /// One metric's reading and its target.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MetricInput {
+pub struct MetricInput<E> {
     /// Display name (`spec.metrics[i].name` or `metric<i>`).
     pub name: String,
     /// The raw `target` string of the spec.
     pub target: String,
     /// The query's value, or why it could not be read.
-    pub value: Result<f64, String>,
+    pub value: Result<f64, E>,
 }
 
 /// One metric's outcome: its recommendation in replicas or why it was skipped.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MetricOutcome {
+pub struct MetricOutcome<E> {
     /// Display name.
     pub name: String,
     /// The value read, when one was.
     pub value: Option<f64>,
     /// `ceil(max(ready, 1) × value / target)`, saturated to `0..=i32::MAX`, or the skip reason.
-    pub recommendation: Result<i32, Skip>,
+    pub recommendation: Result<i32, Skip<E>>,
 }
 
 /// Bound that clamped the recommendation (the `ScalingLimited` condition).
@@ -209,9 +212,9 @@ impl Reason {
     }
 }
 
-/// The result of one sync.
+/// The result of one sync; `E` is the metric source's error type.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Decision {
+pub struct Decision<E> {
     /// `spec.replicas` after this sync (equal to the observed value when nothing is written).
     pub replicas: i32,
     /// status `desiredReplicas`: clamped and stabilized, before the step cap. On hold the
@@ -228,49 +231,45 @@ pub struct Decision {
     /// Why.
     pub reason: Reason,
     /// Per metric outcome (one entry named `decision` under the Custom provider).
-    pub metrics: Vec<MetricOutcome>,
+    pub metrics: Vec<MetricOutcome<E>>,
 }
 
-impl Decision {
+impl<E> Decision<E> {
     /// Whether `spec.replicas` must be written.
     pub fn changes_replicas(&self, observed: &Observation) -> bool {
         self.replicas != observed.spec_replicas
     }
 }
 
-/// Builds the [`Signal`] of a spec from per-metric values (Prometheus) or from a decision
-/// (Custom); `values` is ignored under Custom and `decision` under Prometheus.
-pub fn signal_for(
-    spec: &LLMScalerSpec,
-    values: Vec<Result<f64, String>>,
-    decision: Result<i64, String>,
-) -> Signal {
-    match spec.effective_provider() {
-        MetricProvider::Prometheus => Signal::Metrics(
+impl<E> Signal<E> {
+    /// The Prometheus signal of a spec: `values[i]` is the reading of `spec.metrics[i]` (extra
+    /// values are ignored; a metric without a value is left out, never read as zero).
+    pub fn metrics(spec: &LLMScalerSpec, values: Vec<Result<f64, E>>) -> Self {
+        Signal::Metrics(
             spec.metrics()
                 .iter()
                 .enumerate()
-                .zip(values.into_iter().chain(std::iter::repeat_with(|| {
-                    Err("no value supplied".to_string())
-                })))
+                .zip(values)
                 .map(|((i, m), value)| MetricInput {
                     name: m.display_name(i),
                     target: m.target.clone(),
                     value,
                 })
                 .collect(),
-        ),
-        MetricProvider::Custom => Signal::Decision(decision),
+        )
     }
 }
 
 /// The recommendation of a signal before clamping (`docs/scaling.md`, step 3), with per-metric
 /// outcomes.
 /// `None` means hold: every metric was skipped or the decision server failed.
-pub fn recommend(signal: &Signal, ready_replicas: i32) -> (Option<i32>, Vec<MetricOutcome>) {
+pub fn recommend<E: Clone>(
+    signal: &Signal<E>,
+    ready_replicas: i32,
+) -> (Option<i32>, Vec<MetricOutcome<E>>) {
     match signal {
         Signal::Metrics(inputs) => {
-            let outcomes: Vec<MetricOutcome> = inputs
+            let outcomes: Vec<MetricOutcome<E>> = inputs
                 .iter()
                 .map(|input| evaluate_metric(input, ready_replicas))
                 .collect();
@@ -281,18 +280,13 @@ pub fn recommend(signal: &Signal, ready_replicas: i32) -> (Option<i32>, Vec<Metr
             (best, outcomes)
         }
         Signal::Decision(result) => {
-            let recommendation = result
-                .as_ref()
-                .ok()
-                .map(|&active| i32::try_from(active.max(0)).unwrap_or(i32::MAX));
+            let recommendation = result.as_ref().ok().map(|&active| active.max(0));
             let outcome = MetricOutcome {
                 name: "decision".to_string(),
-                #[allow(clippy::cast_precision_loss)]
-                value: result.as_ref().ok().map(|&v| v as f64),
-                recommendation: match (recommendation, result) {
-                    (Some(r), _) => Ok(r),
-                    (None, Err(why)) => Err(Skip::Unavailable(why.clone())),
-                    (None, Ok(_)) => Err(Skip::Unavailable("no decision".to_string())),
+                value: recommendation.map(f64::from),
+                recommendation: match result {
+                    Ok(_) => Ok(recommendation.unwrap_or(0)),
+                    Err(why) => Err(Skip::Unavailable(why.clone())),
                 },
             };
             (recommendation, vec![outcome])
@@ -300,7 +294,7 @@ pub fn recommend(signal: &Signal, ready_replicas: i32) -> (Option<i32>, Vec<Metr
     }
 }
 
-fn evaluate_metric(input: &MetricInput, ready_replicas: i32) -> MetricOutcome {
+fn evaluate_metric<E: Clone>(input: &MetricInput<E>, ready_replicas: i32) -> MetricOutcome<E> {
     let value = input.value.as_ref().ok().copied();
     let recommendation = match (&input.value, parse_target(&input.target)) {
         (_, Err(why)) => Err(Skip::BadTarget(why)),
@@ -325,13 +319,13 @@ fn evaluate_metric(input: &MetricInput, ready_replicas: i32) -> MetricOutcome {
 /// fleet above `maxReplicas` still comes down to it, and a held sync inside the window keeps a
 /// later low reading from scaling down early. [`Decision::recommendation`] stays `None`
 /// (`docs/scaling.md#holding`).
-pub fn decide(
+pub fn decide<E: Clone>(
     policy: &Policy,
     observed: &Observation,
-    signal: &Signal,
+    signal: &Signal<E>,
     history: &mut History,
     now_ms: i64,
-) -> Decision {
+) -> Decision<E> {
     let spec = observed.spec_replicas;
     let (recommendation, metrics) = recommend(signal, observed.ready_replicas);
     // Hold: nothing measurable recommends the current spec.replicas, which then goes through

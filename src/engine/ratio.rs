@@ -9,7 +9,11 @@ use super::Skip;
 /// # Errors
 /// [`Skip::NotMeasurable`] for NaN or ±Inf values (spec §2: skipped, never read as zero), and
 /// [`Skip::BadTarget`] for a target that is not finite and positive.
-pub fn metric_recommendation(ready_replicas: i32, value: f64, target: f64) -> Result<i32, Skip> {
+pub fn metric_recommendation<E>(
+    ready_replicas: i32,
+    value: f64,
+    target: f64,
+) -> Result<i32, Skip<E>> {
     if !value.is_finite() {
         return Err(Skip::NotMeasurable(value));
     }
@@ -72,7 +76,7 @@ mod tests {
     fn non_finite_values_are_not_measurable() {
         for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
             assert!(matches!(
-                metric_recommendation(4, v, 2.0),
+                metric_recommendation::<String>(4, v, 2.0),
                 Err(Skip::NotMeasurable(_))
             ));
         }

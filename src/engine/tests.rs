@@ -20,7 +20,7 @@ fn settled(spec: i32) -> Observation {
     }
 }
 
-fn one_metric(value: f64, target: &str) -> Signal {
+fn one_metric(value: f64, target: &str) -> Signal<String> {
     Signal::Metrics(vec![MetricInput {
         name: "metric0".into(),
         target: target.into(),
@@ -28,7 +28,7 @@ fn one_metric(value: f64, target: &str) -> Signal {
     }])
 }
 
-fn run(policy: &Policy, observed: &Observation, signal: &Signal) -> Decision {
+fn run(policy: &Policy, observed: &Observation, signal: &Signal<String>) -> Decision<String> {
     decide(policy, observed, signal, &mut History::default(), 0)
 }
 
@@ -289,11 +289,11 @@ fn custom_provider_rows() {
         &Signal::Decision(Err("503".into())),
     );
     assert_eq!((d.replicas, d.reason), (3, Reason::MetricsUnavailable));
-    let d = run(&policy(1, 20), &settled(3), &Signal::Decision(Ok(i64::MAX)));
+    let d = run(&policy(1, 20), &settled(3), &Signal::Decision(Ok(i32::MAX)));
     assert_eq!(d.replicas, 20);
 }
 
-fn empty_metric() -> Signal {
+fn empty_metric() -> Signal<String> {
     Signal::Metrics(vec![MetricInput {
         name: "metric0".into(),
         target: "0.5".into(),

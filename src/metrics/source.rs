@@ -7,7 +7,7 @@ use llmscaler_api::{LLMScalerSpec, MetricProvider};
 use tokio::task::JoinSet;
 
 use super::{DecisionSource, Endpoint, MetricError, MetricsClient, PrometheusSource};
-use crate::engine::{Signal, signal_for};
+use crate::engine::Signal;
 
 /// The metric source of one scaler: Prometheus queries (spec §3) or a decision server (spec §4),
 /// never both (no fallback from one to the other).
@@ -102,25 +102,13 @@ impl MetricSource {
 }
 
 impl Readings {
-    /// The engine's input for `spec` (spec §2 step 3): error texts become skip reasons.
-    pub fn signal(&self, spec: &LLMScalerSpec) -> Signal {
+    /// The engine's input for `spec` (`docs/scaling.md` step 3), borrowing the typed errors.
+    pub fn signal(&self, spec: &LLMScalerSpec) -> Signal<&MetricError> {
         match self {
-            Readings::Metrics(values) => signal_for(
-                spec,
-                values
-                    .iter()
-                    .map(|v| v.as_ref().copied().map_err(ToString::to_string))
-                    .collect(),
-                Err("unused under Prometheus".to_owned()),
-            ),
-            Readings::Decision(decision) => signal_for(
-                spec,
-                Vec::new(),
-                decision
-                    .as_ref()
-                    .map(|&n| i64::from(n))
-                    .map_err(ToString::to_string),
-            ),
+            Readings::Metrics(values) => {
+                Signal::metrics(spec, values.iter().map(|v| v.as_ref().copied()).collect())
+            }
+            Readings::Decision(decision) => Signal::Decision(decision.as_ref().copied()),
         }
     }
 
@@ -149,7 +137,7 @@ impl Readings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{MetricInput, Signal};
+    use crate::engine::Signal;
     use crate::metrics::Subject;
 
     fn spec(value: serde_json::Value) -> LLMScalerSpec {
@@ -214,21 +202,33 @@ mod tests {
         ]);
         let no_data = "Prometheus query `avg(kv)` returned no data (empty result); the metric \
                        is skipped, not read as 0";
+        // The engine gets the typed error itself; its text is written only for a message.
+        let Signal::Metrics(inputs) = readings.signal(&spec) else {
+            panic!("a Prometheus spec gives a metrics signal");
+        };
+        let seen: Vec<(String, String, Result<f64, String>)> = inputs
+            .into_iter()
+            .map(|i| {
+                (
+                    i.name,
+                    i.target,
+                    i.value.map_err(|e| format!("{}: {e}", e.kind())),
+                )
+            })
+            .collect();
         assert_eq!(
-            readings.signal(&spec),
-            Signal::Metrics(vec![
-                MetricInput {
-                    name: "waiting".to_owned(),
-                    target: "2".to_owned(),
-                    value: Ok(3.0),
-                },
-                MetricInput {
-                    name: "metric1".to_owned(),
-                    target: "0.8".to_owned(),
-                    value: Err(no_data.to_owned()),
-                },
-            ])
+            seen,
+            [
+                ("waiting".to_owned(), "2".to_owned(), Ok(3.0)),
+                (
+                    "metric1".to_owned(),
+                    "0.8".to_owned(),
+                    Err(format!("no_data: {no_data}"))
+                ),
+            ]
         );
+        let decision = Readings::Decision(Ok(7));
+        assert!(matches!(decision.signal(&spec), Signal::Decision(Ok(7))));
         let errors = readings.errors(&spec);
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].0, "metric1");

@@ -44,7 +44,7 @@ pub struct Row {
     /// The metric cells as written (echoed in the output).
     pub value_texts: Vec<String>,
     /// Custom provider: the `decision` cell (`Err` when empty).
-    pub decision: Result<i64, String>,
+    pub decision: Result<i32, String>,
     /// The `ready` cell, when present and non-empty.
     pub ready: Option<i32>,
     /// The `rollout` cell is `1`.
@@ -218,7 +218,7 @@ fn parse_value(text: &str) -> Result<Result<f64, String>, String> {
 /// the int32 maximum) is a refused reading: the inner `Err`, and the fleet holds as it would
 /// with the real server. An empty cell is the inner `Err` too (the server failed). The outer
 /// `Err` is a cell that is not a number at all: an input error.
-fn parse_decision(text: &str) -> Result<Result<i64, String>, String> {
+fn parse_decision(text: &str) -> Result<Result<i32, String>, String> {
     if text.is_empty() {
         return Ok(Err(NO_DECISION.to_string()));
     }
@@ -235,7 +235,7 @@ fn parse_decision(text: &str) -> Result<Result<i64, String>, String> {
     } else {
         // Whole and within 0..=i32::MAX: the cast is exact.
         #[allow(clippy::cast_possible_truncation)]
-        let active = number as i64;
+        let active = number as i32;
         Ok(Ok(active))
     }
 }
@@ -316,7 +316,7 @@ mod tests {
         };
         let refused = |why: &str| Ok(Err(format!("unusable replicas.active: {why}")));
         assert_eq!(decision("3.0"), Ok(Ok(3)));
-        assert_eq!(decision("2147483647"), Ok(Ok(i64::from(i32::MAX))));
+        assert_eq!(decision("2147483647"), Ok(Ok(i32::MAX)));
         assert_eq!(decision("-1"), refused("-1 is negative"));
         assert_eq!(decision("1.5"), refused("1.5 is not a whole number"));
         assert_eq!(decision("NaN"), refused("NaN is not a whole number"));

@@ -119,7 +119,10 @@ pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step>
                 ready_replicas: ready,
                 rollout_in_progress: row.rollout,
             };
-            let signal = engine::signal_for(spec, row.values.clone(), row.decision.clone());
+            let signal = match spec.effective_provider() {
+                MetricProvider::Prometheus => engine::Signal::metrics(spec, row.values.clone()),
+                MetricProvider::Custom => engine::Signal::Decision(row.decision.clone()),
+            };
             let decision = engine::decide(&policy, &observed, &signal, &mut history, row.t_ms);
             readiness.scale(row.t_ms, spec_replicas, decision.replicas, startup_ms);
             spec_replicas = decision.replicas;
@@ -143,7 +146,7 @@ pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step>
 #[allow(clippy::cast_precision_loss)]
 fn row_values(row: &Row) -> Vec<f64> {
     if row.values.is_empty() {
-        vec![row.decision.as_ref().map_or(f64::NAN, |&d| d as f64)]
+        vec![row.decision.as_ref().map_or(f64::NAN, |&d| f64::from(d))]
     } else {
         row.values
             .iter()

@@ -66,7 +66,7 @@ fn target(replicas: i32, managers: &[&str]) -> TargetState {
 }
 
 /// Queue length `value` against target 2 (so `ready * value / 2` replicas), or nothing.
-fn signal(value: Option<f64>) -> Signal {
+fn signal(value: Option<f64>) -> Signal<String> {
     Signal::Metrics(vec![MetricInput {
         name: "metric0".to_owned(),
         target: "2".to_owned(),

@@ -239,7 +239,11 @@ fn messages_name_what_happened() {
         limited: Some(Limit::Max),
         ..report(&write, &owned, &skipped)
     };
-    assert!(derive(&clamped)[1].message.starts_with("holding at 5 replicas"));
+    assert!(
+        derive(&clamped)[1]
+            .message
+            .starts_with("holding at 5 replicas")
+    );
     let contested = Ownership::Contested("helm".to_owned());
     let message = &derive(&report(&write, &contested, &[]))[4].message;
     assert!(message.starts_with("field manager \"helm\" wrote spec.replicas of Deployment vllm"));
