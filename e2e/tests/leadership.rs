@@ -1,0 +1,183 @@
+//! Leader-safe writes and state that leaves with its scaler (issue 10): a replica whose Lease is
+//! taken stops writing at once and resumes only when it leads again; a deleted scaler's metric
+//! series leave `/metrics`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use llmscaler_e2e::fixture::{World, writes_of};
+use llmscaler_e2e::{Check, wait_for};
+use serde_json::json;
+
+const MINUTE: Duration = Duration::from_secs(60);
+const LEASE: &str = "llmscaler-leader";
+
+/// Every `spec.replicas` value the Deployment `name` shows while `period` runs, in order,
+/// seen through a watch (not sampled).
+pub async fn collect_replicas_for(
+    api: Api<Deployment>,
+    name: &str,
+    period: Duration,
+) -> anyhow::Result<Vec<i32>> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher(api, config).applied_objects();
+    let mut seen = Vec::new();
+    let collect = async {
+        futures::pin_mut!(stream);
+        while let Some(object) = stream.next().await {
+            let replicas = object?.spec.and_then(|s| s.replicas).unwrap_or(1);
+            if seen.last() != Some(&replicas) {
+                seen.push(replicas);
+            }
+        }
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(period, collect).await {
+        Ok(result) => result?,
+        Err(_elapsed) => {}
+    }
+    Ok(seen)
+}
+
+async fn lease_holder(world: &World) -> anyhow::Result<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(world.client.clone(), world.namespace());
+    Ok(leases
+        .get_opt(LEASE)
+        .await?
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn a_taken_lease_stops_writes_at_once_and_leading_again_resumes() -> anyhow::Result<()> {
+    let mut world = World::new("lead-taken").await?;
+    world
+        .queue_scaled_deployment(1, "taken", 0.85, (1, 5), json!({}))
+        .await?;
+    world
+        .start_operator("taken-a", &["--lease-duration-seconds", "6"])
+        .await?;
+    // 0.85 against 0.5 walks 1 -> 2 -> 4 -> 5 (maxReplicas) and stays.
+    world.wait_replicas("vllm", 5, MINUTE).await?;
+
+    // Another holder takes the Lease for an hour (as a second install or a human would).
+    let leases: Api<Lease> = Api::namespaced(world.client.clone(), world.namespace());
+    let now = MicroTime(Timestamp::now());
+    let taken_at = Instant::now();
+    leases
+        .patch(
+            LEASE,
+            &PatchParams::apply("e2e-thief").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "spec": {"holderIdentity": "thief", "leaseDurationSeconds": 3600,
+                         "acquireTime": now, "renewTime": now}
+            })),
+        )
+        .await?;
+    wait_for(
+        "the operator to notice it lost the lease",
+        MINUTE,
+        || async {
+            Ok(if world.operators[0].log().contains("lost the lease") {
+                Check::Done(())
+            } else {
+                Check::NotYet("still leading".into())
+            })
+        },
+    )
+    .await?;
+    println!(
+        "lease loss noticed {:?} after it was taken (lease 6 s)",
+        taken_at.elapsed()
+    );
+    let writes_before = writes_of(&world.operators[0].metrics().await?, "replicas")
+        + writes_of(&world.operators[0].metrics().await?, "status");
+
+    // The load drops to 0: a leader would write 1 within a sync (1 s). Watch for 5 syncs.
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"taken\"", 0.0)]);
+    let deployments: Api<Deployment> = Api::namespaced(world.client.clone(), world.namespace());
+    let walk = collect_replicas_for(deployments, "vllm", Duration::from_secs(5)).await?;
+    ensure!(walk == [5], "replicas moved without the lease: {walk:?}");
+    let metrics = world.operators[0].metrics().await?;
+    let writes_after = writes_of(&metrics, "replicas") + writes_of(&metrics, "status");
+    ensure!(
+        writes_after == writes_before,
+        "{} writes without the lease\n{}",
+        writes_after - writes_before,
+        world.operator_logs()
+    );
+    ensure!(lease_holder(&world).await?.as_deref() == Some("thief"));
+
+    // The thief's Lease expires (an hour-old renewal of a 1 s lease): the operator leads again
+    // and acts on the load it sees now. (A deleted Lease is not re-created by the lease manager:
+    // see the session note.)
+    let long_ago = MicroTime(Timestamp::now() - std::time::Duration::from_secs(3600));
+    leases
+        .patch(
+            LEASE,
+            &PatchParams::apply("e2e-thief").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "spec": {"holderIdentity": "thief", "leaseDurationSeconds": 1,
+                         "acquireTime": long_ago, "renewTime": long_ago}
+            })),
+        )
+        .await?;
+    if let Err(err) = world.wait_replicas("vllm", 1, MINUTE).await {
+        anyhow::bail!("{err}\n{}", world.operator_logs());
+    }
+    ensure!(lease_holder(&world).await?.as_deref() == Some("taken-a"));
+    world.finish().await
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn a_deleted_scaler_leaves_no_metric_series() -> anyhow::Result<()> {
+    let mut world = World::new("lead-evict").await?;
+    world
+        .queue_scaled_deployment(1, "evict", 0.85, (1, 5), json!({}))
+        .await?;
+    world.start_operator("evict-0", &[]).await?;
+    world.wait_replicas("vllm", 2, MINUTE).await?;
+    let series = |metrics: &str| {
+        metrics
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("name=\"chat\""))
+            .count()
+    };
+    let before = series(&world.operators[0].metrics().await?);
+    ensure!(before >= 4, "expected the scaler's series, found {before}");
+
+    let scalers: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        world.client.clone(),
+        world.namespace(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "autoscaling.modelsphere.dev",
+            "v1alpha1",
+            "LLMScaler",
+        )),
+    );
+    scalers.delete("chat", &DeleteParams::default()).await?;
+    wait_for("the scaler's series to leave /metrics", MINUTE, || async {
+        let left = series(&world.operators[0].metrics().await?);
+        Ok(if left == 0 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{left} series left"))
+        })
+    })
+    .await?;
+    println!("{before} series of the deleted scaler removed");
+    world.finish().await
+}
