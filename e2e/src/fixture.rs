@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -177,23 +176,6 @@ impl World {
         )
         .await
         .map(drop)
-    }
-
-    /// `(spec.replicas, status.readyReplicas, resourceVersion)` of a Deployment.
-    ///
-    /// # Errors
-    /// API errors.
-    pub async fn deployment_replicas(&self, name: &str) -> anyhow::Result<(i32, i32, String)> {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), self.namespace());
-        let d = api.get(name).await?;
-        Ok((
-            d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-            d.status
-                .as_ref()
-                .and_then(|s| s.ready_replicas)
-                .unwrap_or(0),
-            d.resource_version().unwrap_or_default(),
-        ))
     }
 
     /// Waits until the Deployment has `replicas` in spec and as many Ready (watching it).
