@@ -5,14 +5,14 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::exporter::Exporter;
 use crate::operator::{Operator, Rbac, run_command};
 use crate::prometheus::Prometheus;
+use crate::watch::{Recorder, Version};
 use crate::{Check, TestNamespace, client, kubectl_path, unique_name, wait_for};
 
 /// Field manager the tests use to create workloads, as a GitOps tool or a user would.
@@ -178,24 +178,7 @@ impl World {
         .map(drop)
     }
 
-    /// `(spec.replicas, status.readyReplicas, resourceVersion)` of a Deployment.
-    ///
-    /// # Errors
-    /// API errors.
-    pub async fn deployment_replicas(&self, name: &str) -> anyhow::Result<(i32, i32, String)> {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), self.namespace());
-        let d = api.get(name).await?;
-        Ok((
-            d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-            d.status
-                .as_ref()
-                .and_then(|s| s.ready_replicas)
-                .unwrap_or(0),
-            d.resource_version().unwrap_or_default(),
-        ))
-    }
-
-    /// Waits until the Deployment has `replicas` in spec and as many Ready.
+    /// Waits until the Deployment has `replicas` in spec and as many Ready (watching it).
     ///
     /// # Errors
     /// On timeout, with what was seen.
@@ -205,19 +188,28 @@ impl World {
         replicas: i32,
         timeout: Duration,
     ) -> anyhow::Result<()> {
-        wait_for(
-            &format!("{name} at {replicas} ready replicas"),
-            timeout,
-            || async {
-                let (spec, ready, _) = self.deployment_replicas(name).await?;
-                Ok(if spec == replicas && ready == replicas {
-                    Check::Done(())
-                } else {
-                    Check::NotYet(format!("spec {spec}, ready {ready}"))
-                })
-            },
-        )
-        .await
+        self.record(name)
+            .await?
+            .wait_ready_replicas(replicas, timeout)
+            .await
+            .map(drop)
+    }
+
+    /// Starts recording every version of Deployment `name` (see [`Recorder`]); changes made after
+    /// this returns are all in the record.
+    ///
+    /// # Errors
+    /// When the watch does not start.
+    pub async fn record(&self, name: &str) -> anyhow::Result<Recorder> {
+        Recorder::deployment(&self.client, self.namespace(), name).await
+    }
+
+    /// Starts recording every version of the LLMScaler `name` (see [`Recorder`]).
+    ///
+    /// # Errors
+    /// When the watch does not start.
+    pub async fn record_scaler(&self, name: &str) -> anyhow::Result<Recorder> {
+        Recorder::start(&self.client, self.namespace(), &scaler_resource(), name).await
     }
 
     /// The LLMScaler as JSON.
@@ -225,24 +217,16 @@ impl World {
     /// # Errors
     /// API errors.
     pub async fn scaler(&self, name: &str) -> anyhow::Result<Value> {
-        let resource = kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk(
-                "autoscaling.modelsphere.dev",
-                "v1alpha1",
-                "LLMScaler",
-            ),
-            "llmscalers",
-        );
         let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), self.namespace(), &resource);
+            Api::namespaced_with(self.client.clone(), self.namespace(), &scaler_resource());
         Ok(serde_json::to_value(api.get(name).await?)?)
     }
 
     /// Waits until the scaler's condition `type_` has `status` and a message containing
-    /// `message_part`; returns the condition.
+    /// `message_part` (watching the scaler); returns the condition.
     ///
     /// # Errors
-    /// On timeout, with the conditions seen.
+    /// On timeout, with the scaler's latest status.
     pub async fn wait_condition(
         &self,
         scaler: &str,
@@ -251,30 +235,19 @@ impl World {
         message_part: &str,
         timeout: Duration,
     ) -> anyhow::Result<Value> {
-        wait_for(
-            &format!("{scaler} condition {type_}={status} ~ {message_part:?}"),
-            timeout,
-            || async {
-                let object = self.scaler(scaler).await?;
-                let conditions = object["status"]["conditions"].clone();
-                let found = conditions
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c["type"] == type_)
-                    .cloned();
-                Ok(match found {
-                    Some(c)
-                        if c["status"] == status
-                            && c["message"].as_str().unwrap_or("").contains(message_part) =>
-                    {
-                        Check::Done(c)
-                    }
-                    _ => Check::NotYet(conditions.to_string()),
-                })
-            },
-        )
-        .await
+        self.record_scaler(scaler)
+            .await?
+            .wait_until(
+                &format!("condition {type_}={status} ~ {message_part:?}"),
+                timeout,
+                |version| {
+                    condition(version, type_).filter(|c| {
+                        c["status"] == status
+                            && c["message"].as_str().unwrap_or("").contains(message_part)
+                    })
+                },
+            )
+            .await
     }
 
     /// The usual setup of a controller test: Deployment `vllm` at `replicas` (all Ready),
@@ -343,36 +316,6 @@ impl World {
             },
         )
         .await
-    }
-
-    /// Polls the Deployment until `spec.replicas` reaches `last`, returning every distinct
-    /// value seen on the way (starting with the current one).
-    ///
-    /// # Errors
-    /// On timeout, with the walk so far and the operators' logs.
-    pub async fn replica_walk(
-        &self,
-        name: &str,
-        last: i32,
-        timeout: Duration,
-    ) -> anyhow::Result<Vec<i32>> {
-        let mut seen: Vec<i32> = Vec::new();
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let (spec, _, _) = self.deployment_replicas(name).await?;
-            if seen.last() != Some(&spec) {
-                seen.push(spec);
-            }
-            if spec == last {
-                return Ok(seen);
-            }
-            anyhow::ensure!(
-                std::time::Instant::now() < deadline,
-                "replicas of {name} never reached {last}; walk {seen:?}\n{}",
-                self.operator_logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     /// Waits until operator `index` reports the metric `queue` at `value` (as printed in its
@@ -473,6 +416,24 @@ pub fn queue_scaler_spec(
         }
     }
     spec
+}
+
+/// The `ApiResource` of `LLMScaler` (`autoscaling.modelsphere.dev/v1alpha1`, `llmscalers`).
+pub fn scaler_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("autoscaling.modelsphere.dev", "v1alpha1", "LLMScaler"),
+        "llmscalers",
+    )
+}
+
+/// The status condition `type_` of a recorded LLMScaler version, as JSON.
+pub fn condition(version: &Version, type_: &str) -> Option<Value> {
+    version
+        .get("/status/conditions")
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
 }
 
 /// `targetRef` of a Deployment.

@@ -10,6 +10,7 @@ pub mod exporter;
 pub mod fixture;
 pub mod operator;
 pub mod prometheus;
+pub mod watch;
 
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

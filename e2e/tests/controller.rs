@@ -1,7 +1,7 @@
 //! The controller against the local control plane and a real Prometheus (issue 6): every test
 //! runs the real `llmscaler run` binary with a token of the chart's ServiceAccount.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::Pod;
@@ -45,29 +45,31 @@ async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> 
     world
         .queue_scaled_deployment(1, "basic", 0.85, (1, 5), json!({}))
         .await?;
+    // Every version of the Deployment from before the operator starts: the walk is exact.
+    let deployment = world.record("vllm").await?;
     world.start_operator("basic-0", &[]).await?;
 
     // ready 1, value 0.85, target 0.5 -> 2; then 2 -> ceil(2*1.7) = 4; then 4 -> 7 clamped to 5.
-    let walk = world.replica_walk("vllm", 5, MINUTE).await?;
+    deployment.wait_ready_replicas(5, MINUTE).await?;
+    let walk = deployment.replica_walk()?;
     println!("replica walk at 0.85: {walk:?}");
     assert_eq!(walk, vec![1, 2, 4, 5]);
     world
         .wait_condition("chat", "ScalingLimited", "True", "maxReplicas 5", MINUTE)
         .await?;
-    world.wait_replicas("vllm", 5, MINUTE).await?;
 
     // spec 5 all ready, value 0, min 1 -> 1.
-    let changed = Instant::now();
+    let changed = SystemTime::now();
     world
         .exporter
         .set_gauge("llm_queue", &[("scaler=\"basic\"", 0.0)]);
-    let walk = world.replica_walk("vllm", 1, MINUTE).await?;
+    let written = deployment.wait_spec_replicas(1, MINUTE).await?;
     println!(
-        "reaction time (exporter value changed -> spec.replicas written): {:?}",
-        changed.elapsed()
+        "reaction time (exporter value changed -> spec.replicas write delivered): {:?}",
+        written.seen_at.duration_since(changed)?
     );
-    assert_eq!(walk, vec![5, 1]);
-    world.wait_replicas("vllm", 1, MINUTE).await?;
+    deployment.wait_ready_replicas(1, MINUTE).await?;
+    assert_eq!(deployment.replica_walk()?, vec![1, 2, 4, 5, 1]);
 
     let (owners, ours) = replicas_ownership(&world, "vllm").await?;
     println!("spec.replicas owners: {owners:?}; llmscaler fieldsV1: {ours:?}");
@@ -86,18 +88,21 @@ async fn scales_by_the_spec_numbers_owns_replicas_and_is_quiet_when_steady() -> 
         })
     })
     .await?;
-    let scaler_rv = world.scaler("chat").await?["metadata"]["resourceVersion"].clone();
-    let (_, _, deployment_rv) = world.deployment_replicas("vllm").await?;
+    let scaler = world.record_scaler("chat").await?;
+    let (deployment_versions, scaler_versions) =
+        (deployment.versions().len(), scaler.versions().len());
     world.wait_syncs(0, 5).await?;
-    let (_, _, deployment_rv_after) = world.deployment_replicas("vllm").await?;
     assert_eq!(
-        deployment_rv, deployment_rv_after,
-        "the Deployment was written in steady state"
+        deployment.versions().len(),
+        deployment_versions,
+        "the Deployment was written in steady state: {:?}",
+        deployment.versions().last().map(|v| v.summary())
     );
     assert_eq!(
-        scaler_rv,
-        world.scaler("chat").await?["metadata"]["resourceVersion"],
-        "the scaler status was written in steady state\n{}",
+        scaler.versions().len(),
+        scaler_versions,
+        "the scaler status was written in steady state: {:?}\n{}",
+        scaler.versions().last().map(|v| v.summary()),
         world.operator_logs()
     );
     let metrics = world.operators[0].metrics().await?;
@@ -154,6 +159,7 @@ async fn cache_aware_scale_down_removes_the_lowest_cost_pod() -> anyhow::Result<
             ),
         )
         .await?;
+    let deployment = world.record("vllm").await?;
     world.start_operator("cache-0", &[]).await?;
     // ready 3 x 0.5 / 0.5 = 3: steady. Now 0.3 -> ceil(1.8) = 2.
     world
@@ -162,7 +168,12 @@ async fn cache_aware_scale_down_removes_the_lowest_cost_pod() -> anyhow::Result<
     world.exporter.set(format!(
         "# TYPE llm_queue gauge\nllm_queue{{scaler=\"cache\"}} 0.3\n# TYPE llm_cache gauge\n{cache}"
     ));
-    world.wait_replicas("vllm", 2, MINUTE).await?;
+    deployment.wait_ready_replicas(2, MINUTE).await?;
+    assert_eq!(
+        deployment.replica_walk()?,
+        vec![3, 2],
+        "one scale-down, 3 -> 2"
+    );
     let left: Vec<(String, Option<String>)> = pods
         .list(&ListParams::default().labels("app=vllm"))
         .await?
@@ -213,6 +224,8 @@ async fn unmeasurable_metrics_and_a_stopped_prometheus_hold_the_fleet() -> anyho
             ),
         )
         .await?;
+    // Every version of the Deployment from before the operator starts: any move is seen.
+    let deployment = world.record("vllm").await?;
     world.start_operator("hold-0", &[]).await?;
     world
         .wait_condition("chat", "ScalingActive", "True", "", MINUTE)
@@ -235,8 +248,11 @@ async fn unmeasurable_metrics_and_a_stopped_prometheus_hold_the_fleet() -> anyho
             .wait_condition("chat", "ScalingActive", "False", message, MINUTE)
             .await?;
         println!("hold on {message:?}: {}", condition["message"]);
-        let (spec, _, _) = world.deployment_replicas("vllm").await?;
-        assert_eq!(spec, 3, "the fleet moved while {message}");
+        assert_eq!(
+            deployment.replica_walk()?,
+            vec![3],
+            "the fleet moved while {message}"
+        );
         // Back to a healthy value between cases so each condition flips anew.
         world
             .exporter
@@ -268,8 +284,11 @@ async fn unmeasurable_metrics_and_a_stopped_prometheus_hold_the_fleet() -> anyho
         })
     })
     .await?;
-    let (spec, _, _) = world.deployment_replicas("vllm").await?;
-    assert_eq!(spec, 3, "the fleet moved while Prometheus was down");
+    assert_eq!(
+        deployment.replica_walk()?,
+        vec![3],
+        "the fleet moved while Prometheus was down"
+    );
     world.finish().await
 }
 
@@ -309,45 +328,40 @@ async fn scales_to_zero_and_wakes_then_steps_down_with_the_settle_guard() -> any
             ),
         )
         .await?;
+    // Both Deployments recorded from before the operator starts: the walks are exact.
+    let (vllm, big) = (world.record("vllm").await?, world.record("big").await?);
     world.start_operator("zero-0", &[]).await?;
 
     // spec 2, value 0, min 0 -> 0.
-    world.wait_replicas("vllm", 0, MINUTE).await?;
+    vllm.wait_ready_replicas(0, MINUTE).await?;
     // spec 0, value 0.85 -> 2 (baseline 1).
     world.exporter.set_gauge(
         "llm_queue",
         &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.5)],
     );
-    let walk = world.replica_walk("vllm", 2, MINUTE).await?;
-    assert_eq!(walk, vec![0, 2]);
+    vllm.wait_spec_replicas(2, MINUTE).await?;
+    assert_eq!(vllm.replica_walk()?, vec![2, 0, 2]);
 
     // maxStep 2, spec 5 all ready, value 0 -> 3 (status desired 1), then 1 once settled.
-    world.wait_replicas("big", 5, MINUTE).await?;
+    ensure!(
+        big.replica_walk()? == vec![5],
+        "big moved at 0.5: {:?}",
+        big.replica_walk()?
+    );
+    let step = world.record_scaler("step").await?;
     world.exporter.set_gauge(
         "llm_queue",
         &[("scaler=\"zero\"", 0.85), ("scaler=\"step\"", 0.0)],
     );
-    let mut walk = world.replica_walk("big", 3, MINUTE).await?;
-    wait_for(
+    big.wait_spec_replicas(3, MINUTE).await?;
+    step.wait_until(
         "status.desiredReplicas 1 while the step cap holds 3",
         MINUTE,
-        || async {
-            let status = world.scaler("step").await?["status"].clone();
-            Ok(if status["desiredReplicas"] == 1 {
-                Check::Done(())
-            } else {
-                Check::NotYet(status.to_string())
-            })
-        },
+        |v| (v.get("/status/desiredReplicas") == 1).then_some(()),
     )
     .await?;
-    walk.extend(
-        world
-            .replica_walk("big", 1, MINUTE)
-            .await?
-            .into_iter()
-            .skip(1),
-    );
+    big.wait_ready_replicas(1, MINUTE).await?;
+    let walk = big.replica_walk()?;
     println!("step-capped walk: {walk:?}");
     assert_eq!(walk, vec![5, 3, 1]);
     world.finish().await
@@ -372,19 +386,31 @@ async fn steady_state_with_a_window_writes_status_once_per_refresh_interval() ->
     world
         .wait_condition("chat", "Ready", "True", "", MINUTE)
         .await?;
+    // Every write from here on, as the API server sees it: a status write is a new version of
+    // the scaler, any write to the Deployment a new version of it.
+    let scaler = world.record_scaler("chat").await?;
+    let deployment = world.record("vllm").await?;
     let before = world.operators[0].metrics().await?;
     let started = Instant::now();
     let first = reconcile_count(&before);
     world.wait_syncs(0, 20).await?;
-    let after = world.operators[0].metrics().await?;
     let elapsed = started.elapsed();
-    let status_writes = writes_of(&after, "status") - writes_of(&before, "status");
+    let after = world.operators[0].metrics().await?;
+    let status_writes = u64::try_from(scaler.versions().len() - 1)?;
+    let deployment_writes = deployment.versions().len() - 1;
+    let counted = writes_of(&after, "status") - writes_of(&before, "status");
     let replica_writes = writes_of(&after, "replicas") - writes_of(&before, "replicas");
     let n = reconcile_count(&after) - first;
     #[allow(clippy::cast_precision_loss)]
     let per_hour = status_writes as f64 / elapsed.as_secs_f64() * 3600.0;
     println!(
-        "steady state with a 20 s window, 1 s sync: {status_writes} status writes and {replica_writes} replica writes in {n} syncs ({elapsed:?}), {per_hour:.0} status writes/hour"
+        "steady state with a 20 s window, 1 s sync: {status_writes} scaler versions ({counted} status writes counted by the operator) and {deployment_writes} Deployment versions in {n} syncs ({elapsed:?}), {per_hour:.0} status writes/hour"
+    );
+    assert_eq!(
+        deployment_writes,
+        0,
+        "the Deployment was written: {:?}",
+        deployment.latest().map(|v| v.summary())
     );
     assert_eq!(replica_writes, 0);
     // One refresh per 5 s, plus one for a refresh boundary falling inside the interval.
@@ -410,6 +436,7 @@ async fn an_invalid_spec_that_bypassed_admission_is_refused_with_a_condition() -
             json!({"metrics": [{"name": "queue", "query": "avg(llm_queue{scaler=\"invalid\"})", "target": "80%"}]}),
         )
         .await?;
+    let deployment = world.record("vllm").await?;
     world.start_operator("invalid-0", &[]).await?;
     let condition = world
         .wait_condition("chat", "Ready", "False", "spec.metrics[0].target", MINUTE)
@@ -417,9 +444,9 @@ async fn an_invalid_spec_that_bypassed_admission_is_refused_with_a_condition() -
     println!("invalid spec: {condition}");
     assert_eq!(condition["reason"], "InvalidSpec");
     world.wait_syncs(0, 3).await?;
-    let (spec, _, _) = world.deployment_replicas("vllm").await?;
     assert_eq!(
-        spec, 3,
+        deployment.replica_walk()?,
+        vec![3],
         "an invalid spec must not actuate (value 0 would have scaled to 1)"
     );
     assert_eq!(

@@ -3,19 +3,20 @@
 //! provider, and targets other than Deployments.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, ensure};
 use axum::Json;
 use axum::extract::State;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use llmscaler_e2e::fixture::{
     World, apply_crd, deployment_manifest, deployment_ref, queue_scaler_spec,
 };
 use llmscaler_e2e::operator::run_command;
+use llmscaler_e2e::watch::{Recorder, Version, timestamp};
 use llmscaler_e2e::{Check, kubectl_path, wait_for};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -24,72 +25,99 @@ const MINUTE: Duration = Duration::from_secs(60);
 async fn a_restart_inside_the_stabilization_window_does_not_scale_down_early() -> anyhow::Result<()>
 {
     let mut world = World::new("ctl-restart").await?;
-    let window = 20;
+    let window = Duration::from_secs(20);
     world
         .queue_scaled_deployment(
             4,
             "restart",
             0.5,
             (1, 10),
-            json!({"scaleDown": {"stabilizationWindowSeconds": window}}),
+            json!({"scaleDown": {"stabilizationWindowSeconds": window.as_secs()}}),
         )
         .await?;
+    // Every version of the Deployment and the scaler from before the operator starts.
+    let deployment = world.record("vllm").await?;
+    let scaler = world.record_scaler("chat").await?;
     let lease = ["--lease-duration-seconds", "3"];
     world.start_operator("restart-0", &lease).await?;
-    world.metric_seen(0, "0.5").await?;
-    wait_for("recommendations in status", MINUTE, || async {
-        let status = world.scaler("chat").await?["status"].clone();
-        Ok(
-            if status["recommendations"]
-                .as_array()
-                .is_some_and(|r| !r.is_empty())
-            {
-                Check::Done(())
-            } else {
-                Check::NotYet(status.to_string())
-            },
-        )
-    })
-    .await?;
+    scaler
+        .wait_until("a recommendation of 4 in status", MINUTE, |v| {
+            recommendations(v)
+                .iter()
+                .any(|&(_, r)| r == 4)
+                .then_some(())
+        })
+        .await?;
 
-    // The load drops: the recommendation becomes 1, the window keeps 4.
+    // The load drops: the recommendation becomes 1, the window keeps 4. The operator persists
+    // the window as soon as its shape changes, so status then holds the time of the last
+    // recommendation of 4 (second precision, rounded up) next to the lower one.
     world
         .exporter
         .set_gauge("llm_queue", &[("scaler=\"restart\"", 0.0)]);
-    world.metric_seen(0, "0.0").await?;
-    let dropped = Instant::now();
-    // The last recommendation of 4 was made at most one sync (1 s) and one scrape (1 s) before
-    // the operator read 0.
-    let last_high = dropped
-        .checked_sub(Duration::from_secs(2))
-        .unwrap_or(dropped);
+    let last_high = scaler
+        .wait_until("a lower recommendation in status", MINUTE, |v| {
+            let records = recommendations(v);
+            records.iter().any(|&(_, r)| r < 4).then(|| {
+                records
+                    .iter()
+                    .filter(|&&(_, r)| r >= 4)
+                    .map(|&(t, _)| t)
+                    .max()
+            })
+        })
+        .await?
+        .context("status kept no recommendation of 4 next to the lower one")?;
     world.operators[0].kill();
     world.operators.clear();
     world.start_operator("restart-1", &lease).await?;
+    let restarted = SystemTime::now();
 
-    let window_end = last_high + Duration::from_secs(window);
-    let mut scaled_at = None;
-    while Instant::now() < window_end + MINUTE {
-        let (spec, _, _) = world.deployment_replicas("vllm").await?;
-        if spec < 4 {
-            scaled_at = Some(Instant::now());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let scaled_at = scaled_at.context("never scaled down after the window")?;
+    // The earliest legitimate end of the window: the last 4 was made at most 1 s before its
+    // rounded-up time in status.
+    let window_end = last_high - Duration::from_secs(1) + window;
+    ensure!(
+        restarted < window_end,
+        "the restart ended {:?} after the window, so it did not test a restart inside it",
+        restarted.duration_since(window_end).unwrap_or_default()
+    );
+    let scaled = deployment
+        .wait_until("a scale-down", window + MINUTE, |v| {
+            v.replicas().is_some_and(|r| r < 4).then(|| v.clone())
+        })
+        .await?;
     println!(
-        "scale-down {:?} after the load dropped (window {window} s, operator restarted inside it)",
-        scaled_at - dropped
+        "scale-down delivered {:?} after the last recommendation of 4 (its status time); operator \
+         restarted {:?} after it; window {window:?}",
+        scaled.seen_at.duration_since(last_high).unwrap_or_default(),
+        restarted.duration_since(last_high).unwrap_or_default(),
     );
     ensure!(
-        scaled_at + Duration::from_millis(500) >= window_end,
+        scaled.seen_at >= window_end,
         "scaled down {:?} before the window ended\n{}",
-        window_end - scaled_at,
+        window_end
+            .duration_since(scaled.seen_at)
+            .unwrap_or_default(),
         world.operator_logs()
     );
-    world.wait_replicas("vllm", 1, MINUTE).await?;
+    deployment.wait_ready_replicas(1, MINUTE).await?;
+    let walk = deployment.replica_walk()?;
+    ensure!(walk == vec![4, 1], "one scale-down, 4 -> 1: {walk:?}");
     world.finish().await
+}
+
+/// `status.recommendations` of a recorded LLMScaler version as `(time, replicas)`.
+fn recommendations(version: &Version) -> Vec<(SystemTime, i32)> {
+    version
+        .get("/status/recommendations")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let replicas = i32::try_from(r["replicas"].as_i64()?).ok()?;
+            Some((timestamp(&r["time"]).ok()?, replicas))
+        })
+        .collect()
 }
 
 async fn lease_holder(world: &World) -> anyhow::Result<Option<String>> {
@@ -99,6 +127,15 @@ async fn lease_holder(world: &World) -> anyhow::Result<Option<String>> {
         .await?
         .and_then(|l| l.spec?.holder_identity)
         .filter(|h| !h.is_empty()))
+}
+
+/// The non-empty `spec.holderIdentity` of a recorded Lease version.
+fn holder_of(version: &Version) -> Option<String> {
+    version
+        .get("/spec/holderIdentity")
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
 }
 
 fn replica_writes(metrics: &str) -> u64 {
@@ -119,15 +156,19 @@ async fn the_follower_takes_over_within_the_lease_duration_and_never_writes_befo
         .await?;
     let lease_seconds = 6;
     let lease = ["--lease-duration-seconds", "6"];
+    // Every version of the Lease from before either operator starts.
+    let lease_record = Recorder::start(
+        &world.client,
+        world.namespace(),
+        &ApiResource::erase::<Lease>(&()),
+        "llmscaler-leader",
+    )
+    .await?;
     world.start_operator("leader-a", &lease).await?;
     world.start_operator("leader-b", &lease).await?;
-    let holder = wait_for("a lease holder", MINUTE, || async {
-        Ok(match lease_holder(&world).await? {
-            Some(h) => Check::Done(h),
-            None => Check::NotYet("no holder".into()),
-        })
-    })
-    .await?;
+    let holder = lease_record
+        .wait_until("a lease holder", MINUTE, holder_of)
+        .await?;
     let (leader, follower) = if holder == "leader-a" { (0, 1) } else { (1, 0) };
     world.wait_replicas("vllm", 2, MINUTE).await?;
     let follower_writes = replica_writes(&world.operators[follower].metrics().await?);
@@ -141,20 +182,21 @@ async fn the_follower_takes_over_within_the_lease_duration_and_never_writes_befo
     );
 
     world.operators[leader].kill();
-    let killed = Instant::now();
+    let killed = SystemTime::now();
     let follower_name = if follower == 0 {
         "leader-a"
     } else {
         "leader-b"
     };
-    wait_for("the follower to hold the lease", MINUTE, || async {
-        Ok(match lease_holder(&world).await? {
-            Some(h) if h == follower_name => Check::Done(()),
-            other => Check::NotYet(format!("{other:?}")),
+    let taken = lease_record
+        .wait_until("the follower to hold the lease", MINUTE, |v| {
+            (holder_of(v)? == follower_name).then(|| v.clone())
         })
-    })
-    .await?;
-    let takeover = killed.elapsed();
+        .await?;
+    // When the follower's write of the Lease arrived (a few milliseconds after it at most).
+    let takeover = taken.seen_at.duration_since(killed)?;
+    let holders: Vec<Option<String>> = lease_record.versions().iter().map(holder_of).collect();
+    println!("lease holders, every version: {holders:?}");
     println!("takeover after SIGKILL of the leader: {takeover:?} (lease {lease_seconds} s)");
     ensure!(
         takeover <= Duration::from_secs(lease_seconds + 2),
@@ -186,6 +228,7 @@ async fn a_rollout_defers_scaling_until_it_completes() -> anyhow::Result<()> {
     world
         .queue_scaled_deployment(2, "rollout", 0.5, (1, 10), json!({}))
         .await?;
+    let deployment = world.record("vllm").await?;
     world.start_operator("rollout-0", &[]).await?;
     world.metric_seen(0, "0.5").await?;
 
@@ -200,8 +243,11 @@ async fn a_rollout_defers_scaling_until_it_completes() -> anyhow::Result<()> {
         .wait_condition("chat", "AbleToScale", "False", "rollout", MINUTE)
         .await?;
     println!("during the rollout: {condition}");
-    let (spec, _, _) = world.deployment_replicas("vllm").await?;
-    ensure!(spec == 2, "replicas changed to {spec} during the rollout");
+    let walk = deployment.replica_walk()?;
+    ensure!(
+        walk == vec![2],
+        "replicas changed during the rollout: {walk:?}"
+    );
 
     // The rollout completes: the deferred scale-up happens (ready 2 x 1.0 / 0.5 = 4).
     world
@@ -210,16 +256,53 @@ async fn a_rollout_defers_scaling_until_it_completes() -> anyhow::Result<()> {
             &deployment_manifest(world.namespace(), "vllm", None),
         )
         .await?;
-    wait_for("the scale-up after the rollout", MINUTE, || async {
-        let (spec, _, _) = world.deployment_replicas("vllm").await?;
-        Ok(if spec >= 4 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("spec {spec}"))
+    deployment
+        .wait_until("the scale-up after the rollout", MINUTE, |v| {
+            v.replicas().is_some_and(|r| r >= 4).then_some(())
         })
-    })
-    .await?;
+        .await?;
+    // Exact: the version just before the first change of spec.replicas shows the rollout
+    // complete (by the contract's rule), and some version before it showed it in progress.
+    let versions = deployment.versions();
+    let first_change = versions
+        .iter()
+        .position(|v| v.replicas() != Some(2))
+        .context("no change recorded")?;
+    let before = &versions[first_change - 1];
+    ensure!(
+        !rollout_in_progress(before),
+        "scaled to {:?} while the rollout was in progress: {}",
+        versions[first_change].replicas(),
+        before.summary()
+    );
+    ensure!(
+        versions[..first_change].iter().any(rollout_in_progress),
+        "the rollout was never seen in progress"
+    );
+    let walk = deployment.replica_walk()?;
+    println!("replica walk across the rollout: {walk:?}");
+    ensure!(
+        walk.get(1).is_some_and(|&r| r >= 4),
+        "the first change after the rollout: {walk:?}"
+    );
     world.finish().await
+}
+
+/// Whether a recorded Deployment version shows a rollout in progress: `status.observedGeneration
+/// < metadata.generation`, or `status.updatedReplicas < spec.replicas`, or `status.replicas >
+/// status.updatedReplicas` (the contract's rollout guard).
+fn rollout_in_progress(version: &Version) -> bool {
+    let status = |field: &str| {
+        version
+            .get(&format!("/status/{field}"))
+            .as_i64()
+            .unwrap_or(0)
+    };
+    let generation = version.object.metadata.generation.unwrap_or(0);
+    let updated = status("updatedReplicas");
+    status("observedGeneration") < generation
+        || updated < i64::from(version.replicas().unwrap_or(1))
+        || status("replicas") > updated
 }
 
 /// A decision server (spec §4) whose answer the test sets.
@@ -282,24 +365,28 @@ async fn custom_provider_end_to_end_and_a_contested_field_is_reasserted_once() -
     manual["metadata"]
         .as_object_mut()
         .map(|m| m.remove("namespace"));
-    let written = Instant::now();
+    // Every version of the Deployment from before the write behind the operator's back.
+    let deployment = world.record("vllm").await?;
     run_command(
         &kubectl_path(),
         &["apply", "-n", world.namespace(), "-f", "-"],
         Some(&manual.to_string()),
     )?;
-    let mut walk = vec![3];
-    while written.elapsed() < Duration::from_secs(8) {
-        let (spec, _, _) = world.deployment_replicas("vllm").await?;
-        if walk.last() != Some(&spec) {
-            walk.push(spec);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    println!("replicas after kubectl apply replicas=1: {walk:?}");
-    ensure!(walk.last() == Some(&3), "not re-asserted: {walk:?}");
-    let flips_back = walk.windows(2).filter(|w| w[0] == 1 && w[1] == 3).count();
-    ensure!(flips_back == 1, "re-asserted {flips_back} times: {walk:?}");
+    let reasserted = deployment
+        .wait_record("1 written, then 3 re-asserted", MINUTE, |versions| {
+            let written = versions.iter().position(|v| v.replicas() == Some(1))?;
+            versions[written..]
+                .iter()
+                .find(|v| v.replicas() == Some(3))
+                .cloned()
+        })
+        .await?;
+    println!("re-asserted by {:?}", reasserted.replicas_managers());
+    ensure!(
+        reasserted.replicas_managers() == vec!["llmscaler".to_string()],
+        "spec.replicas owners after the re-assert: {:?}",
+        reasserted.replicas_managers()
+    );
     let condition = world
         .wait_condition(
             "chat",
@@ -310,37 +397,52 @@ async fn custom_provider_end_to_end_and_a_contested_field_is_reasserted_once() -
         )
         .await?;
     println!("ReplicasContested: {}", condition["message"]);
-    let events = run_command(
-        &kubectl_path(),
-        &[
-            "get",
-            "events.events.k8s.io",
-            "-n",
-            world.namespace(),
-            "-o",
-            "json",
-        ],
-        None,
-    )?;
-    let events: Value = serde_json::from_str(&events)?;
-    let reasserted = events["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["reason"] == "ReplicasReasserted")
-        .count();
-    ensure!(reasserted == 1, "ReplicasReasserted events: {reasserted}");
+    let events = wait_for("a ReplicasReasserted event", MINUTE, || async {
+        let n = reasserted_events(&world).await?;
+        Ok(if n > 0 {
+            Check::Done(n)
+        } else {
+            Check::NotYet("no event".into())
+        })
+    })
+    .await?;
+    ensure!(events == 1, "ReplicasReasserted events: {events}");
+    // Exact: every version since the kubectl write, so one flip back and no fight.
+    let walk = deployment.replica_walk()?;
+    println!("replicas after kubectl apply replicas=1: {walk:?}");
+    ensure!(walk == vec![3, 1, 3], "not exactly one re-assert: {walk:?}");
 
     // Custom rows of spec §2: active 7 with max 5 -> 5; active 0 with min 2 -> 2.
     *active
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = 7;
-    world.wait_replicas("vllm", 5, MINUTE).await?;
+    deployment.wait_ready_replicas(5, MINUTE).await?;
     *active
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = 0;
-    world.wait_replicas("vllm", 2, MINUTE).await?;
+    deployment.wait_ready_replicas(2, MINUTE).await?;
+    // Still one re-assert over the whole test, and one event.
+    let walk = deployment.replica_walk()?;
+    ensure!(walk == vec![3, 1, 3, 5, 2], "replica walk: {walk:?}");
+    let events = reasserted_events(&world).await?;
+    ensure!(
+        events == 1,
+        "ReplicasReasserted events at the end: {events}"
+    );
     world.finish().await
+}
+
+/// How many `ReplicasReasserted` events (events.k8s.io) the test's namespace holds.
+async fn reasserted_events(world: &World) -> anyhow::Result<usize> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(world.client.clone(), world.namespace());
+    Ok(events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ReplicasReasserted"))
+        .count())
 }
 
 const LWS_CRD: &str = r#"{
@@ -413,35 +515,25 @@ async fn statefulset_and_leaderworkerset_shaped_targets_are_scaled_generically()
             )
             .await?;
     }
+    // Both targets recorded from before the operator starts: the walks are exact.
+    let sts_record = Recorder::start(
+        &world.client,
+        &ns,
+        &ApiResource::erase::<k8s_openapi::api::apps::v1::StatefulSet>(&()),
+        "db",
+    )
+    .await?;
+    let lws_record = Recorder::start(&world.client, &ns, &resource, "lws").await?;
     world.start_operator("kinds-0", &[]).await?;
 
     // StatefulSet: ready 1 -> 2 -> 3 (max).
-    wait_for("StatefulSet db at 3", MINUTE, || async {
-        let api: Api<k8s_openapi::api::apps::v1::StatefulSet> =
-            Api::namespaced(world.client.clone(), &ns);
-        let spec = api
-            .get("db")
-            .await?
-            .spec
-            .and_then(|s| s.replicas)
-            .unwrap_or(1);
-        Ok(if spec == 3 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("spec {spec}"))
-        })
-    })
-    .await?;
+    sts_record.wait_spec_replicas(3, MINUTE).await?;
+    let walk = sts_record.replica_walk()?;
+    ensure!(walk == vec![1, 2, 3], "StatefulSet walk: {walk:?}");
     // LeaderWorkerSet: ready stays 1 -> ceil(1 x 0.85 / 0.5) = 2, owned by llmscaler alone.
-    let object = wait_for("LeaderWorkerSet lws at 2", MINUTE, || async {
-        let object = lws_api.get("lws").await?;
-        Ok(if object.data["spec"]["replicas"] == 2 {
-            Check::Done(object)
-        } else {
-            Check::NotYet(object.data["spec"].to_string())
-        })
-    })
-    .await?;
+    let object = lws_record.wait_spec_replicas(2, MINUTE).await?.object;
+    let walk = lws_record.replica_walk()?;
+    ensure!(walk == vec![1, 2], "LeaderWorkerSet walk: {walk:?}");
     let owners: Vec<String> = object
         .metadata
         .managed_fields

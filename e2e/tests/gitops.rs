@@ -3,7 +3,7 @@
 //! (which applies server-side) reports the conflict instead of silently taking the field.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::ensure;
@@ -22,13 +22,16 @@ async fn a_gitops_applier_without_replicas_never_flips_the_fleet() -> anyhow::Re
     world.apply("argocd-controller", &manifest).await?;
     world.wait_replicas("vllm", 1, MINUTE).await?;
     world.queue_scaler("argo", 0.85, (1, 5), json!({})).await?;
+    // Every version of the Deployment from before the operator starts: the walk is exact.
+    let deployment = world.record("vllm").await?;
     world.start_operator("argo-0", &[]).await?;
 
-    // The GitOps applier: re-applies the manifest (no replicas) every 2 s, without force.
+    // The GitOps applier: re-applies the manifest (no replicas) every 2 s, without force. The
+    // 2 s is its cadence, not a wait; `applies` counts the applies done.
     let stop = Arc::new(AtomicBool::new(false));
-    let applies = Arc::new(AtomicUsize::new(0));
+    let (applied, mut applies) = tokio::sync::watch::channel(0usize);
     let applier = {
-        let (stop, applies) = (stop.clone(), applies.clone());
+        let stop = stop.clone();
         let client = world.client.clone();
         let manifest = manifest.clone();
         let namespace = world.namespace().to_string();
@@ -42,58 +45,40 @@ async fn a_gitops_applier_without_replicas_never_flips_the_fleet() -> anyhow::Re
                     &kube::api::Patch::Apply(&manifest),
                 )
                 .await?;
-                applies.fetch_add(1, Ordering::Relaxed);
+                applied.send_modify(|n| *n += 1);
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             anyhow::Ok(())
         })
     };
 
-    let mut walk = vec![1];
-    let mut phase_down = false;
-    let deadline = std::time::Instant::now() + 2 * MINUTE;
-    loop {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "walk {walk:?}\n{}",
-            world.operator_logs()
-        );
-        ensure!(!applier.is_finished(), "the applier stopped (a conflict?)");
-        let (spec, ready, _) = world.deployment_replicas("vllm").await?;
-        if walk.last() != Some(&spec) {
-            walk.push(spec);
-        }
-        if !phase_down && spec == 5 && ready == 5 {
-            // Load drops: scale down to minReplicas while the applier keeps applying.
-            phase_down = true;
-            world
-                .exporter
-                .set_gauge("llm_queue", &[("scaler=\"argo\"", 0.0)]);
-        }
-        if phase_down && spec == 1 && applies.load(Ordering::Relaxed) >= 6 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    deployment.wait_ready_replicas(5, 2 * MINUTE).await?;
+    // Load drops: scale down to minReplicas while the applier keeps applying.
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"argo\"", 0.0)]);
+    deployment.wait_spec_replicas(1, MINUTE).await?;
+    // At least 6 applies in all, so that some fell on each phase.
+    let enough = tokio::time::timeout(MINUTE, applies.wait_for(|&n| n >= 6))
+        .await
+        .map(|r| r.is_ok());
     stop.store(true, Ordering::Relaxed);
+    // The applier's own error first (a conflict would end it).
     applier.await??;
+    ensure!(
+        enough == Ok(true),
+        "the applier did not apply 6 times: {}",
+        *applies.borrow()
+    );
+    let walk = deployment.replica_walk()?;
     println!(
         "replicas under a GitOps applier ({} applies): {walk:?}",
-        applies.load(Ordering::Relaxed)
-    );
-    let up: Vec<i32> = walk
-        .iter()
-        .copied()
-        .take_while(|&r| r != 5)
-        .chain([5])
-        .collect();
-    ensure!(
-        up.windows(2).all(|w| w[0] < w[1]),
-        "flipped back while scaling up: {walk:?}"
+        *applies.borrow()
     );
     ensure!(
-        walk.ends_with(&[5, 1]),
-        "flipped back while scaling down: {walk:?}"
+        walk == vec![1, 2, 4, 5, 1],
+        "a flip under the applier (expected 1 -> 2 -> 4 -> 5 -> 1): {walk:?}\n{}",
+        world.operator_logs()
     );
     let writes = writes_of(&world.operators[0].metrics().await?, "replicas");
     let changes = u64::try_from(walk.len() - 1)?;
@@ -156,8 +141,9 @@ async fn helm_upgrade_with_replicas_reports_the_conflict_and_the_operator_value_
     ])?;
     world.wait_replicas("vllm", 1, MINUTE).await?;
     world.queue_scaler("helm", 1.0, (1, 3), json!({})).await?;
+    let deployment = world.record("vllm").await?;
     world.start_operator("helm-0", &[]).await?;
-    world.wait_replicas("vllm", 3, MINUTE).await?;
+    deployment.wait_ready_replicas(3, MINUTE).await?;
 
     let err = helm(&[
         "upgrade",
@@ -180,8 +166,12 @@ async fn helm_upgrade_with_replicas_reports_the_conflict_and_the_operator_value_
         text.contains("llmscaler"),
         "the error should name the llmscaler manager: {text}"
     );
-    let (spec, _, _) = world.deployment_replicas("vllm").await?;
-    ensure!(spec == 3, "helm changed replicas to {spec}");
+    // Exact: every version since before the operator started; the refused upgrade wrote nothing.
+    let walk = deployment.replica_walk()?;
+    ensure!(
+        walk == vec![1, 2, 3],
+        "replica walk around the helm upgrade: {walk:?}"
+    );
     helm(&["uninstall", "inference", "--wait=false"])?;
     world.finish().await
 }
