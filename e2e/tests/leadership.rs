@@ -5,46 +5,16 @@
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use llmscaler_e2e::fixture::{World, writes_of};
+use llmscaler_e2e::fixture::{World, scaler_resource, writes_of};
 use llmscaler_e2e::{Check, wait_for};
 use serde_json::json;
 
 const MINUTE: Duration = Duration::from_secs(60);
 const LEASE: &str = "llmscaler-leader";
-
-/// Every `spec.replicas` value the Deployment `name` shows while `period` runs, in order,
-/// seen through a watch (not sampled).
-pub async fn collect_replicas_for(
-    api: Api<Deployment>,
-    name: &str,
-    period: Duration,
-) -> anyhow::Result<Vec<i32>> {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let stream = watcher(api, config).applied_objects();
-    let mut seen = Vec::new();
-    let collect = async {
-        futures::pin_mut!(stream);
-        while let Some(object) = stream.next().await {
-            let replicas = object?.spec.and_then(|s| s.replicas).unwrap_or(1);
-            if seen.last() != Some(&replicas) {
-                seen.push(replicas);
-            }
-        }
-        anyhow::Ok(())
-    };
-    match tokio::time::timeout(period, collect).await {
-        Ok(result) => result?,
-        Err(_elapsed) => {}
-    }
-    Ok(seen)
-}
 
 async fn lease_holder(world: &World) -> anyhow::Result<Option<String>> {
     let leases: Api<Lease> = Api::namespaced(world.client.clone(), world.namespace());
@@ -103,11 +73,14 @@ async fn a_taken_lease_stops_writes_at_once_and_leading_again_resumes() -> anyho
         + writes_of(&world.operators[0].metrics().await?, "status");
 
     // The load drops to 0: a leader would write 1 within a sync (1 s). Watch for 5 syncs.
+    // Absence over an observation window: every version of the Deployment is recorded by a
+    // watch, none may change spec.replicas.
+    let recorder = world.record("vllm").await?;
     world
         .exporter
         .set_gauge("llm_queue", &[("scaler=\"taken\"", 0.0)]);
-    let deployments: Api<Deployment> = Api::namespaced(world.client.clone(), world.namespace());
-    let walk = collect_replicas_for(deployments, "vllm", Duration::from_secs(5)).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let walk = recorder.replica_walk()?;
     ensure!(walk == [5], "replicas moved without the lease: {walk:?}");
     let metrics = world.operators[0].metrics().await?;
     let writes_after = writes_of(&metrics, "replicas") + writes_of(&metrics, "status");
@@ -159,15 +132,8 @@ async fn a_deleted_scaler_leaves_no_metric_series() -> anyhow::Result<()> {
     let before = series(&world.operators[0].metrics().await?);
     ensure!(before >= 4, "expected the scaler's series, found {before}");
 
-    let scalers: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        world.client.clone(),
-        world.namespace(),
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "autoscaling.modelsphere.dev",
-            "v1alpha1",
-            "LLMScaler",
-        )),
-    );
+    let scalers: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(world.client.clone(), world.namespace(), &scaler_resource());
     scalers.delete("chat", &DeleteParams::default()).await?;
     wait_for("the scaler's series to leave /metrics", MINUTE, || async {
         let left = series(&world.operators[0].metrics().await?);
