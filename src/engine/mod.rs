@@ -197,6 +197,18 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every decision reason, in declaration order.
+    pub const ALL: &'static [Reason] = &[
+        Reason::ScaledUp,
+        Reason::ScaledDown,
+        Reason::StepCapped,
+        Reason::Steady,
+        Reason::ScaleDownStabilized,
+        Reason::MetricsUnavailable,
+        Reason::RolloutInProgress,
+        Reason::ScaleDownNotSettled,
+    ];
+
     /// The reason's name, e.g. `ScaleDownNotSettled`.
     pub fn as_str(self) -> &'static str {
         match self {
