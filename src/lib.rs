@@ -6,16 +6,14 @@
 //!   [`telemetry`]: the operator's own metrics.
 //! - [`engine`]: the pure decision engine of spec §2 (ratio, clamp, stabilization, step cap,
 //!   guards), shared by the controller, `simulate` and `probe`.
-//! - [`loadmodel`]: the vLLM load model (trace, continuous batching, routing, drain, report)
-//!   shared by the emulator, the demo and replays.
-//! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`).
+//! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`; `--plot` needs the
+//!   `plot` cargo feature, on by default and off in the operator's image).
 //! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
 //! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
 pub mod controller;
 pub mod engine;
-pub mod loadmodel;
 pub mod metrics;
 pub mod probe;
 pub mod run;
