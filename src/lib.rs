@@ -6,9 +6,8 @@
 //!   [`telemetry`]: the operator's own metrics.
 //! - [`engine`]: the pure decision engine of spec §2 (ratio, clamp, stabilization, step cap,
 //!   guards), shared by the controller, `simulate` and `probe`.
-//! - [`loadmodel`]: the vLLM load model (trace, continuous batching, routing, drain, report)
-//!   shared by the emulator, the demo and replays.
-//! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`).
+//! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`; `--plot` needs the
+//!   `plot` cargo feature, on by default and off in the operator's image).
 //! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
 //! - [`process`]: the one process set-up (crypto provider, tracing, runtime, signals).
@@ -16,7 +15,6 @@
 
 pub mod controller;
 pub mod engine;
-pub mod loadmodel;
 pub mod metrics;
 pub mod probe;
 pub mod process;

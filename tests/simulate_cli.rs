@@ -347,6 +347,7 @@ fn malformed_csv_exits_2_naming_line_and_column() {
     }
 }
 
+#[cfg(feature = "plot")]
 #[test]
 fn plot_writes_an_svg() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -360,4 +361,28 @@ fn plot_writes_an_svg() {
     let svg = std::fs::read_to_string(&plot).expect("plot written");
     assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
     assert!(svg.contains("spec.replicas") && svg.contains("queue"));
+}
+
+/// The operator's image build (`--no-default-features`) has no plotting: `--plot` fails with
+/// exit 1 and says why, and writes no file.
+#[cfg(not(feature = "plot"))]
+#[test]
+fn plot_without_the_plot_feature_fails_clearly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plot = dir.path().join("replay.png");
+    let plot_arg = plot.to_str().expect("utf-8 path");
+    let out = simulate(
+        &one_metric(1, 5, ""),
+        "t,queue\n0,1\n",
+        &["--plot", plot_arg],
+    );
+    assert_eq!(out.code, 1, "stderr: {}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: {plot_arg}: this llmscaler was built without the `plot` feature (build with \
+             `cargo build --features plot` to draw plots)\n"
+        )
+    );
+    assert!(!plot.exists());
 }

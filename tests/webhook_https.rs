@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use llmscaler_certs::{CertConfig, CertState, pki};
+use llmscaler_testkit::{Check, wait_for_every};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -422,11 +423,19 @@ async fn certificate_swap_during_a_stream_of_requests_fails_none() {
     let wait_for_requests = |at_least: usize| {
         let ok = ok.clone();
         async move {
-            let deadline = Instant::now() + DEADLINE;
-            while ok.load(Ordering::Relaxed) < at_least {
-                assert!(Instant::now() < deadline, "stream stalled");
-                tokio::time::sleep(POLL).await;
-            }
+            let what = format!("{at_least} admitted requests (the streams stalled)");
+            wait_for_every(&what, DEADLINE, POLL, || {
+                let admitted = ok.load(Ordering::Relaxed);
+                async move {
+                    Ok(if admitted >= at_least {
+                        Check::Done(())
+                    } else {
+                        Check::NotYet(format!("{admitted} admitted"))
+                    })
+                }
+            })
+            .await
+            .expect("requests admitted");
         }
     };
     wait_for_requests(50).await;
@@ -436,14 +445,15 @@ async fn certificate_swap_during_a_stream_of_requests_fails_none() {
         .expect("old certificate served");
     webhook.swap(&new);
     let new_only = client(&[&new.ca_cert_pem]);
-    let deadline = Instant::now() + DEADLINE;
-    let new_leaf = loop {
-        match served_certificate(&new_only, &webhook.url("/healthz")).await {
-            Ok(leaf) => break leaf,
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
-            Err(err) => panic!("new certificate not served within {DEADLINE:?}: {err}"),
-        }
-    };
+    let url = webhook.url("/healthz");
+    let new_leaf = wait_for_every("the new certificate served", DEADLINE, POLL, || async {
+        Ok(match served_certificate(&new_only, &url).await {
+            Ok(leaf) => Check::Done(leaf),
+            Err(err) => Check::NotYet(err),
+        })
+    })
+    .await
+    .expect("new certificate");
     assert_ne!(new_leaf, old_leaf);
     let swapped_at = ok.load(Ordering::Relaxed);
     wait_for_requests(swapped_at + 50).await;

@@ -1,6 +1,6 @@
 //! The vLLM load emulator: one process that serves `/metrics` for every Ready pod of a target
 //! workload, driven by a request trace replayed through the shared load model
-//! (`llmscaler::loadmodel`), so that the operator scaling the workload changes the metrics it
+//! (`llmscaler_loadmodel`), so that the operator scaling the workload changes the metrics it
 //! reads: the loop is closed through the API server.
 //!
 //! - Ready pods are listed from the API server (namespace + label selector) every
@@ -10,7 +10,7 @@
 //! - `/metrics` has one series per Ready pod, labelled `pod`, `namespace` and `app` (the pod's
 //!   `app` label), under vLLM's names; `/report` is the run report as JSON; `/healthz` is 200.
 //!
-//! Trace data: see [`llmscaler::loadmodel::ATTRIBUTION`].
+//! Trace data: see [`llmscaler_loadmodel::ATTRIBUTION`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -26,8 +26,8 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use llmscaler::loadmodel::exposition::{self, Labels};
-use llmscaler::loadmodel::{Fleet, Params, Replay, Report, Request};
+use llmscaler_loadmodel::exposition::{self, Labels};
+use llmscaler_loadmodel::{Fleet, Params, Replay, Report, Request};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -335,7 +335,7 @@ async fn report_handler(State(shared): State<Shared>) -> impl IntoResponse {
         "queue": status.queue,
         "trace_done": status.trace_done,
         "report": status.report,
-        "attribution": llmscaler::loadmodel::ATTRIBUTION,
+        "attribution": llmscaler_loadmodel::ATTRIBUTION,
     }))
 }
 
@@ -375,9 +375,9 @@ pub fn pod_ready(pod: &Pod) -> bool {
 pub fn load_trace(path: &std::path::Path, scale: f64, seed: u64) -> anyhow::Result<Vec<Request>> {
     let file = std::fs::File::open(path)
         .with_context(|| format!("opening the trace {}", path.display()))?;
-    let requests = llmscaler::loadmodel::trace::read_azure(std::io::BufReader::new(file))
+    let requests = llmscaler_loadmodel::trace::read_azure(std::io::BufReader::new(file))
         .with_context(|| format!("reading the trace {}", path.display()))?;
-    Ok(llmscaler::loadmodel::trace::scale(&requests, scale, seed))
+    Ok(llmscaler_loadmodel::trace::scale(&requests, scale, seed))
 }
 
 /// The load model's parameters as command-line flags (defaults of spec/load-model.md).

@@ -9,16 +9,22 @@ pub mod emulator;
 pub mod exporter;
 pub mod fixture;
 pub mod operator;
-pub mod prometheus;
 pub mod watch;
 
 use std::future::Future;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
+
+/// The shared test kit, re-exported so that the end-to-end tests and binaries keep one import
+/// path: the one [`wait_for`] contract, the Prometheus launcher ([`prometheus`]) and free ports.
+pub use llmscaler_testkit::{
+    Check, POLL_INTERVAL, free_port, http_get, install_crypto_provider, prometheus,
+    wait_child_ready, wait_for, wait_for_every,
+};
 
 /// Environment variable holding the path of the pinned `kubectl` (set by `e2e/cluster env`).
 pub const KUBECTL_ENV: &str = "LLMSCALER_KUBECTL";
@@ -26,17 +32,6 @@ pub const KUBECTL_ENV: &str = "LLMSCALER_KUBECTL";
 pub const HELM_ENV: &str = "LLMSCALER_HELM";
 /// Label that kwok puts on the fake nodes created by `kwokctl scale node`.
 pub const KWOK_NODE_LABEL: &str = "type=kwok";
-/// How often [`wait_for`] re-checks its condition.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Installs the rustls crypto provider that `kube` is built with (aws-lc-rs).
-///
-/// rustls refuses to pick a provider by itself when more than one could be compiled in, so this
-/// must run before the first client is built. Calling it again is harmless.
-pub fn install_crypto_provider() {
-    // Err only means a provider is already installed, which is what we want.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
 
 /// Builds a client for the cluster named by `KUBECONFIG` (as printed by `e2e/cluster env`).
 pub async fn client() -> anyhow::Result<Client> {
@@ -74,40 +69,6 @@ pub fn unique_name(prefix: &str) -> String {
     );
     name.truncate(63);
     name.trim_end_matches('-').to_owned()
-}
-
-/// Outcome of one check in [`wait_for`].
-#[derive(Debug)]
-pub enum Check<T> {
-    /// The condition holds; `wait_for` returns this value.
-    Done(T),
-    /// Not yet; the string says what was seen, and ends up in the timeout error.
-    NotYet(String),
-}
-
-/// Polls `check` every [`POLL_INTERVAL`] until it returns [`Check::Done`] or `timeout` passes.
-///
-/// An `Err` from `check` stops the wait at once. On timeout the error names `what` and the last
-/// state that `check` reported, so a failing test says what it was waiting for and what it saw.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<Check<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check()
-            .await
-            .with_context(|| format!("waiting for {what}"))?
-        {
-            Check::Done(value) => return Ok(value),
-            Check::NotYet(seen) => seen,
-        };
-        if Instant::now() >= deadline {
-            bail!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
 }
 
 /// Names of the kwok fake nodes whose `Ready` condition is `True`, sorted.
@@ -204,41 +165,6 @@ impl Drop for TestNamespace {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();
-    }
-}
-
-/// A free loopback port (bound, then released).
-///
-/// # Errors
-/// When no port can be bound.
-pub fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// Polls `url` until it answers 200 while `child` keeps running, for at most `timeout`.
-///
-/// # Errors
-/// When the child exits first (with its status) or `timeout` passes (with the last answer).
-pub async fn wait_child_ready(
-    child: &mut std::process::Child,
-    url: &str,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            bail!("the process exited with {status} before {url} answered");
-        }
-        let last = match prometheus::http_get(url).await {
-            Ok(200) => return Ok(()),
-            Ok(code) => format!("HTTP {code}"),
-            Err(e) => e.to_string(),
-        };
-        if Instant::now() >= deadline {
-            bail!("{url} not ready after {timeout:?}; last: {last}");
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 

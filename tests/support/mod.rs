@@ -3,9 +3,8 @@
 //! proxy and a server that accepts connections and never answers.
 #![allow(dead_code)] // Each test binary uses a different subset.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -13,6 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use llmscaler::metrics::{Endpoint, MetricsClient, PrometheusSource};
+use llmscaler_testkit::{Check, wait_for};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -107,24 +107,6 @@ impl Drop for HangingServer {
     }
 }
 
-/// Polls `check` every 100 ms until it returns `Some`, failing with `what` after `deadline`.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    let mut last = String::from("not tried");
-    while start.elapsed() < deadline {
-        match check().await {
-            Ok(value) => return value,
-            Err(e) => last = e,
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out after {deadline:?} waiting for {what}; last error: {last}");
-}
-
 /// The exposition text the exporter serves: two vLLM pods with `pod`, `namespace`, `app` labels.
 ///
 /// - `vllm:num_requests_waiting`: 3 and 5 (avg 4)
@@ -174,15 +156,16 @@ pub async fn start_exporter() -> TestServer {
 }
 
 /// A real Prometheus process on a loopback port, scraping one target every second; the
-/// launcher is shared with the end-to-end tests (`llmscaler_e2e::prometheus`). Killed on drop.
-pub struct Prometheus(llmscaler_e2e::prometheus::Prometheus);
+/// launcher is shared with the end-to-end tests (`llmscaler_testkit::prometheus`). Killed on
+/// drop.
+pub struct Prometheus(llmscaler_testkit::prometheus::Prometheus);
 
 impl Prometheus {
     /// Starts Prometheus scraping `http://{target}/metrics` every second and waits until its
     /// HTTP API answers. Panics with Prometheus' log when it cannot start: these tests never
     /// skip.
     pub async fn start(target: SocketAddr) -> Self {
-        match llmscaler_e2e::prometheus::Prometheus::start(target).await {
+        match llmscaler_testkit::prometheus::Prometheus::start(target).await {
             Ok(prometheus) => Self(prometheus),
             Err(err) => panic!("{err:#}"),
         }
@@ -198,26 +181,30 @@ impl Prometheus {
         self.0.log_tail()
     }
 
-    /// Waits until `query` returns exactly `want` through the source under test.
+    /// Waits (at most [`STARTUP_DEADLINE`]) until `query` returns exactly `want` through the
+    /// source under test; panics with what it last saw otherwise.
     pub async fn wait_for_value(&self, source: &PrometheusSource, query: &str, want: f64) {
-        wait_for(
+        let waited = wait_for(
             &format!("`{query}` to return {want} (prometheus at {})", self.url()),
             STARTUP_DEADLINE,
             || async move {
-                match source.query(query).await {
-                    Ok(v) if v == want => Ok(()),
-                    Ok(v) => Err(format!("got {v}")),
-                    Err(e) => Err(e.to_string()),
-                }
+                Ok(match source.query(query).await {
+                    Ok(v) if v == want => Check::Done(()),
+                    Ok(v) => Check::NotYet(format!("got {v}")),
+                    Err(e) => Check::NotYet(e.to_string()),
+                })
             },
         )
         .await;
+        if let Err(err) = waited {
+            panic!("{err:#}; prometheus log:\n{}", self.log_tail());
+        }
     }
 }
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
-    llmscaler_e2e::free_port().expect("bind a loopback port")
+    llmscaler_testkit::free_port().expect("bind a loopback port")
 }
 
 /// A Prometheus source on the shared client with the given headers and timeout.

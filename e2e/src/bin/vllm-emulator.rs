@@ -96,7 +96,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "{}",
         serde_json::json!({
             "report": report,
-            "attribution": llmscaler::loadmodel::ATTRIBUTION,
+            "attribution": llmscaler_loadmodel::ATTRIBUTION,
         })
     );
     Ok(())

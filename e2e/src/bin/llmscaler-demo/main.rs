@@ -11,6 +11,8 @@
 //! Trace: Microsoft Azure, "Azure LLM inference trace 2023" (CC BY 4.0); Patel et al.,
 //! "Splitwise", ISCA 2024.
 
+mod plot;
+
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,13 +24,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use llmscaler::loadmodel::ATTRIBUTION;
-use llmscaler::loadmodel::plot::{Sample, Targets, draw_png};
 use llmscaler_e2e::emulator::{Config, Emulator, ModelArgs, load_trace};
 use llmscaler_e2e::fixture::{deployment_manifest, install_crd};
 use llmscaler_e2e::operator::{Operator, Rbac, run_command};
 use llmscaler_e2e::prometheus::Prometheus;
 use llmscaler_e2e::{Check, kubectl_path, wait_for};
+use llmscaler_loadmodel::ATTRIBUTION;
+use plot::{Sample, Targets, draw_png};
 use serde_json::{Value, json};
 
 /// The LLM autoscaling demo on the local cluster.
@@ -419,7 +421,7 @@ async fn replay(
 fn write_outputs(
     args: &Args,
     samples: &[Observed],
-    report: &llmscaler::loadmodel::Report,
+    report: &llmscaler_loadmodel::Report,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;

@@ -131,15 +131,6 @@ impl Drop for Prometheus {
     }
 }
 
-/// Status code of a plain GET (used for readiness probes of local servers).
-///
-/// # Errors
-/// Transport errors.
-pub async fn http_get(url: &str) -> anyhow::Result<u16> {
-    let response = reqwest::Client::new().get(url).send().await?;
-    Ok(response.status().as_u16())
-}
-
 /// The last 30 lines of a log file.
 fn tail_of(path: &std::path::Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();

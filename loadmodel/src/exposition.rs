@@ -126,8 +126,8 @@ pub fn render(replicas: &[(Labels, ReplicaMetrics)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadmodel::replica::{Params, Replica};
-    use crate::loadmodel::trace::Request;
+    use crate::replica::{Params, Replica};
+    use crate::trace::Request;
 
     #[test]
     fn renders_one_series_per_replica_with_labels_and_a_cumulative_histogram() {

@@ -1,15 +1,15 @@
 //! A replay's timeline as a picture: replicas (spec, desired, ready), the waiting and running
 //! requests per Ready replica against the scaler's targets, and the arrival rate, over trace
-//! time, with the trace attribution in the footer.
+//! time, with the trace attribution in the footer. Drawn here, beside the only program that
+//! draws it, so that neither the load model nor the operator links a plotting library.
 
 use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use serde::Serialize;
 
 /// One observation of a closed-loop replay (one line of the demo's live output).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
     /// Trace time, seconds.
     pub t_s: f64,
@@ -112,7 +112,7 @@ fn draw_on<DB: DrawingBackend>(
     for (label, color, get) in lines {
         chart
             .draw_series(LineSeries::new(
-                crate::simulate::plot::step_points(samples, |s| (minutes(s.t_s), get(s))),
+                llmscaler::simulate::plot::step_points(samples, |s| (minutes(s.t_s), get(s))),
                 color.stroke_width(2),
             ))?
             .label(label)

@@ -7,14 +7,13 @@
 //! - [`fleet`]: least-outstanding routing over Ready replicas, drain on removal, the run
 //!   [`fleet::Report`].
 //! - [`exposition`]: the Prometheus text of the replicas' metrics under vLLM's names.
-//! - [`plot`]: a replay's timeline as a PNG.
 //!
 //! Everything runs in trace time and is deterministic: same trace, seed and Ready-set changes
-//! give the same metrics.
+//! give the same metrics. The crate is pure computation: no Kubernetes client and no drawing
+//! (the demo draws its timeline itself).
 
 pub mod exposition;
 pub mod fleet;
-pub mod plot;
 pub mod replica;
 pub mod trace;
 

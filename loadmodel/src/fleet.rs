@@ -317,7 +317,7 @@ pub fn run_fixed(requests: Vec<Request>, replicas: usize, params: Params, until_
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadmodel::trace::{SplitMix64, scale};
+    use crate::trace::{SplitMix64, scale};
 
     /// Poisson arrivals at `rate` per second for `span_s`, prompt 1000 and output 200 tokens
     /// (about the conversation trace's means), seeded.
@@ -456,14 +456,14 @@ mod tests {
 #[cfg(test)]
 mod conv_trace {
     use super::*;
-    use crate::loadmodel::trace::read_azure;
+    use crate::trace::read_azure;
 
     #[test]
-    #[ignore = "needs ../shared/traces/azure-llm-2023/conv.csv"]
+    #[ignore = "needs ../shared/traces/azure-llm-2023/conv.csv next to the repository"]
     fn conv_trace_needs_one_to_three_replicas_at_scale_1() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/traces/azure-llm-2023/conv.csv"
+            "/../../shared/traces/azure-llm-2023/conv.csv"
         );
         let file = std::fs::File::open(path).expect("the shared conversation trace");
         let reqs = read_azure(file).expect("valid trace");
