@@ -11,7 +11,6 @@ pub mod fixture;
 pub mod operator;
 pub mod watch;
 
-use std::future::Future;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -165,31 +164,5 @@ impl Drop for TestNamespace {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();
-    }
-}
-
-/// Runs `main` on a two-thread tokio runtime and turns its result into an exit status, printing
-/// errors as `<program>: <error chain>` (the shared `main` of the e2e binaries).
-pub fn block_on_main<F>(program: &str, main: F) -> std::process::ExitCode
-where
-    F: Future<Output = anyhow::Result<()>>,
-{
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("{program}: cannot start the runtime: {err}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(main) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("{program}: error: {err:#}");
-            std::process::ExitCode::FAILURE
-        }
     }
 }

@@ -51,10 +51,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    llmscaler_e2e::block_on_main("vllm-emulator", run(Args::parse()))
+    llmscaler::process::run(|shutdown| run(Args::parse(), shutdown))
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn run(args: Args, shutdown: llmscaler::process::Shutdown) -> anyhow::Result<()> {
     let requests = load_trace(&args.trace, args.scale, args.seed)?;
     let client = llmscaler_e2e::client().await?;
     let emulator = Emulator::start(
@@ -74,13 +74,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "vllm-emulator: serving http://{}/metrics for Ready pods {} in {} at speed {}",
         emulator.addr, args.selector, args.namespace, args.speed
     );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut finished_at: Option<tokio::time::Instant> = None;
     let mut interval = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            () = shutdown.requested() => break,
             _ = interval.tick() => {}
         }
         if args.tail_seconds >= 0.0 && emulator.status().trace_done {

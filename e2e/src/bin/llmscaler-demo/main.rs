@@ -109,7 +109,7 @@ const KWOK_READY_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 const MANAGER: &str = "llmscaler-demo";
 
 fn main() -> ExitCode {
-    llmscaler_e2e::block_on_main("llmscaler-demo", main_async(Args::parse()))
+    llmscaler::process::run(|shutdown| main_async(Args::parse(), shutdown))
 }
 
 /// What the demo started, stopped in [`Started::cleanup`] whatever happened.
@@ -149,13 +149,11 @@ impl Started {
     }
 }
 
-async fn main_async(args: Args) -> anyhow::Result<()> {
+async fn main_async(args: Args, shutdown: llmscaler::process::Shutdown) -> anyhow::Result<()> {
     let mut started = Started::default();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let result = tokio::select! {
         r = run(&args, &mut started) => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
+        () = shutdown.requested() => Err(anyhow::anyhow!("interrupted by a signal")),
     };
     started.cleanup().await;
     result
