@@ -39,29 +39,49 @@ enum Format {
     Png,
 }
 
+/// Whether [`draw`] can write `path` at all: a known extension, and a binary built with the
+/// `plot` feature. Lets a caller refuse `--plot` before the replay rather than after it.
+///
+/// # Errors
+/// [`PlotError::Format`] for another extension, [`PlotError::Unsupported`] when built without
+/// the `plot` feature.
+pub fn check_target(path: &Path) -> Result<(), PlotError> {
+    format_of(path).map(|_| ())
+}
+
+/// The format of `path` by its extension, if this binary can draw it.
+fn format_of(path: &Path) -> Result<Format, PlotError> {
+    let format = match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => Format::Svg,
+        Some("png") => Format::Png,
+        _ => return Err(PlotError::Format(path.display().to_string())),
+    };
+    if cfg!(feature = "plot") {
+        Ok(format)
+    } else {
+        Err(PlotError::Unsupported(path.display().to_string()))
+    }
+}
+
 /// Draws the replay to `path` (format chosen by extension).
 ///
 /// # Errors
 /// [`PlotError::Format`] for another extension, [`PlotError::Unsupported`] when built without
 /// the `plot` feature, [`PlotError::Draw`] when plotters fails.
 pub fn draw(path: &Path, steps: &[Step], metric_names: &[String]) -> Result<(), PlotError> {
-    let display = path.display().to_string();
-    let format = match path.extension().and_then(|e| e.to_str()) {
-        Some("svg") => Format::Svg,
-        Some("png") => Format::Png,
-        _ => return Err(PlotError::Format(display)),
-    };
+    let format = format_of(path)?;
     #[cfg(feature = "plot")]
     {
         drawing::draw(path, format, steps, metric_names).map_err(|message| PlotError::Draw {
-            path: display,
+            path: path.display().to_string(),
             message,
         })
     }
     #[cfg(not(feature = "plot"))]
     {
+        // format_of has already refused: without the feature there is nothing to draw with.
         let _ = (format, steps, metric_names);
-        Err(PlotError::Unsupported(display))
+        Err(PlotError::Unsupported(path.display().to_string()))
     }
 }
 
@@ -194,4 +214,52 @@ pub fn step_points<T>(items: &[T], point: impl Fn(&T) -> (f64, f64)) -> Vec<(f64
         points.push((next, y));
     }
     points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_target_refuses_other_extensions() {
+        let err = check_target(Path::new("replay.jpg")).expect_err("not svg or png");
+        assert_eq!(
+            err.to_string(),
+            "replay.jpg: the plot file must end in .svg or .png"
+        );
+    }
+
+    #[cfg(feature = "plot")]
+    #[test]
+    fn check_target_accepts_svg_and_png_with_the_feature() {
+        check_target(Path::new("replay.svg")).expect("svg");
+        check_target(Path::new("replay.png")).expect("png");
+    }
+
+    #[cfg(not(feature = "plot"))]
+    #[test]
+    fn without_the_feature_every_plot_is_unsupported() {
+        for path in ["replay.svg", "replay.png"] {
+            let err = check_target(Path::new(path)).expect_err("no plot feature");
+            assert!(matches!(err, PlotError::Unsupported(_)), "{err}");
+            let err = draw(Path::new(path), &[], &[]).expect_err("no plot feature");
+            assert!(matches!(err, PlotError::Unsupported(_)), "{err}");
+        }
+    }
+
+    #[test]
+    fn step_points_hold_each_value_until_the_next_time() {
+        let points = step_points(&[(0.0, 1.0), (15.0, 3.0), (30.0, 2.0)], |&(t, v)| (t, v));
+        assert_eq!(
+            points,
+            [
+                (0.0, 1.0),
+                (15.0, 1.0),
+                (15.0, 3.0),
+                (30.0, 3.0),
+                (30.0, 2.0),
+                (30.0, 2.0)
+            ]
+        );
+    }
 }
