@@ -90,6 +90,11 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         Ok(n) => n,
         Err(_) => return fail(EXIT_INVALID, "--initial-replicas is larger than an int32"),
     };
+    if let Some(plot) = &args.plot
+        && let Err(err) = simulate::plot::check_target(plot)
+    {
+        return fail(1, &err.to_string());
+    }
     let columns = simulate::columns_for(&scaler.spec);
     let file = match std::fs::File::open(&args.metrics) {
         Ok(file) => file,
