@@ -55,6 +55,9 @@ mod tests {
             sync_period_seconds: None,
             retry_period_seconds: None,
             scale_down: None,
+            scale_up: None,
+            mode: None,
+            schedules: None,
             preemption: None,
         }
     }

@@ -5,6 +5,7 @@
 
 pub mod defaults;
 pub mod names;
+pub mod schedule;
 pub mod types;
 pub mod validation;
 
@@ -12,7 +13,9 @@ use kube::CustomResourceExt;
 
 pub use defaults::apply_defaults;
 pub use types::*;
-pub use validation::{FieldError, ValidationErrors, check_spec, parse_target, validate_spec};
+pub use validation::{
+    FieldError, ValidationErrors, check_spec, parse_target, parse_tolerance, validate_spec,
+};
 
 /// The CustomResourceDefinition of [`LLMScaler`] as YAML, exactly as committed in
 /// `crds/llmscaler.yaml` and printed by `llmscaler crd`.

@@ -38,6 +38,10 @@ pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost"
 /// (`docs/scale-down.md`).
 pub const NEWEST_FIRST_COST: i32 = -100;
 
+/// Annotation that pauses a scaler: while it is `"true"` the operator computes and reports but
+/// never writes the target or its pods (`docs/guards.md#pause-and-advisory`).
+pub const PAUSED_ANNOTATION: &str = "autoscaling.modelsphere.dev/paused";
+
 /// Name of the Lease used for leader election, in the operator's namespace.
 pub const LEASE_NAME: &str = "llmscaler-leader";
 
@@ -125,6 +129,10 @@ names! {
         OwnedByLLMScaler,
         /// The operator has not written `spec.replicas` yet (nothing measurable since it started).
         NotClaimed,
+        /// The scaler is paused by annotation: nothing is written to the target.
+        Paused,
+        /// `spec.mode: Advisory`: nothing is written to the target.
+        AdvisoryMode,
         /// Event: replicas raised.
         ScaledUp,
         /// Event: replicas lowered.

@@ -123,6 +123,23 @@ pub struct LLMScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_down: Option<ScaleDown>,
 
+    /// Rate cap on scale-up (HPA semantics) and a tolerance band. Off by default: scale-up is
+    /// immediate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up: Option<ScaleUp>,
+
+    /// `Active` (default): act on the target. `Advisory`: compute and report everything
+    /// (status, Events, metrics) but never write the target or its pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ScalerMode>,
+
+    /// Scheduled floors and ceilings: while a schedule is active it raises `minReplicas` and/or
+    /// lowers `maxReplicas`. Overlapping schedules combine as the highest floor and the lowest
+    /// ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub schedules: Option<Vec<ScheduleSpec>>,
+
     /// Accepted for compatibility with the reference operator; has no effect (admission warns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<Preemption>,
@@ -202,6 +219,102 @@ pub struct ScaleDown {
     pub deletion_cost_query: Option<String>,
 }
 
+/// Scale-up rate cap and tolerance (docs/guards.md#scale-up-policy).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleUp {
+    /// Rate caps, as the HorizontalPodAutoscaler's `behavior.scaleUp.policies`: each allows at
+    /// most `value` pods (`Pods`) or `value` percent of the replicas at the start of the period
+    /// (`Percent`) to be added within `periodSeconds`. Empty: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8))]
+    pub policies: Option<Vec<ScaleUpPolicy>>,
+    /// Which policy applies when there are several: `Max` (default, the most permissive) or
+    /// `Min` (the most restrictive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select_policy: Option<SelectPolicy>,
+    /// Tolerance band on each metric's ratio `value / target`, a quoted number in `[0, 1)`
+    /// (e.g. `"0.1"`): while `|ratio - 1| <= tolerance` the metric recommends the current
+    /// `spec.replicas` (no change). Unset: no band.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<String>,
+}
+
+/// One scale-up rate cap.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleUpPolicy {
+    /// `Pods` (an absolute number of pods) or `Percent` (of the replicas at the period start).
+    #[serde(rename = "type")]
+    pub type_: ScaleUpPolicyType,
+    /// Pods or percent per period, at least 1.
+    #[schemars(range(min = 1))]
+    pub value: i32,
+    /// The period, seconds, 1 to 1800.
+    #[schemars(range(min = 1, max = 1800))]
+    pub period_seconds: i32,
+}
+
+/// How a scale-up policy counts.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaleUpPolicyType {
+    /// An absolute number of pods per period.
+    Pods,
+    /// A percentage of the replicas at the start of the period.
+    Percent,
+}
+
+/// Which of several scale-up policies applies.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SelectPolicy {
+    /// The policy allowing the largest change.
+    #[default]
+    Max,
+    /// The policy allowing the smallest change.
+    Min,
+}
+
+/// Whether the operator acts on the target.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ScalerMode {
+    /// Write `spec.replicas` and pod marks.
+    #[default]
+    Active,
+    /// Compute and report only; never write the target or its pods.
+    Advisory,
+}
+
+/// A scheduled floor and/or ceiling (docs/guards.md#schedules).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleSpec {
+    /// Name shown in status while the schedule is active.
+    pub name: String,
+    /// When the schedule starts: a standard 5-field cron expression (`minute hour day-of-month
+    /// month day-of-week`, e.g. `0 8 * * Mon-Fri`) in `timeZone`.
+    pub start: String,
+    /// When it ends: a 5-field cron expression; the schedule is active from each `start` until
+    /// the next `end` after it. Exactly one of `end` and `durationSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<String>,
+    /// How long each `start` lasts, seconds (at least 60). Exactly one of `end` and
+    /// `durationSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60))]
+    pub duration_seconds: Option<i32>,
+    /// IANA time zone of the cron expressions, e.g. `Europe/Berlin`. Default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Floor while active (raises `spec.minReplicas`); at most `spec.maxReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub min_replicas: Option<i32>,
+    /// Ceiling while active (lowers `spec.maxReplicas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_replicas: Option<i32>,
+}
+
 /// How the pods removed by a scale-down are chosen (spec §5).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ScaleDownBehavior {
@@ -245,10 +358,27 @@ pub struct LLMScalerStatus {
     /// restart or a leader change cannot forget them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommendations: Option<Vec<RecommendationRecord>>,
+    /// Names of the schedules active at the last sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_schedules: Option<Vec<String>>,
+    /// Set while the operator does not act on the target: by which annotation or mode, and
+    /// since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<PausedStatus>,
     /// `Ready`, `ScalingActive`, `AbleToScale`, `ScalingLimited`, `ReplicasContested`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Option<Vec<Condition>>,
+}
+
+/// Why and since when the operator does not act on the target.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PausedStatus {
+    /// What holds it: `annotation autoscaling.modelsphere.dev/paused` or `spec.mode: Advisory`.
+    pub by: String,
+    /// Since when.
+    pub since: Time,
 }
 
 /// One entry of the stabilization window history.
@@ -301,6 +431,16 @@ impl LLMScalerSpec {
             .as_ref()
             .and_then(|s| s.behavior)
             .unwrap_or_default()
+    }
+
+    /// The mode in force (`Active` when unset).
+    pub fn effective_mode(&self) -> ScalerMode {
+        self.mode.unwrap_or_default()
+    }
+
+    /// The schedules (empty when unset).
+    pub fn schedules(&self) -> &[ScheduleSpec] {
+        self.schedules.as_deref().unwrap_or_default()
     }
 
     /// The metric list (empty when unset).

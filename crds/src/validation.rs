@@ -90,7 +90,105 @@ pub fn validate_spec(spec: &LLMScalerSpec) -> Vec<FieldError> {
     validate_bounds(spec, &mut errors);
     validate_provider(spec, &mut errors);
     validate_scale_down(spec, &mut errors);
+    validate_scale_up(spec, &mut errors);
+    validate_schedules(spec, &mut errors);
     errors
+}
+
+/// Parses `scaleUp.tolerance`: a plain number in `[0, 1)`.
+///
+/// # Errors
+/// A message (without the field path) otherwise.
+pub fn parse_tolerance(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!(
+            "{v} is outside [0, 1); it is a band on value/target, e.g. \"0.1\" for 10%"
+        )),
+        Err(_) => Err(format!(
+            "{raw:?} is not a number; write a fraction like \"0.1\" (no % suffix)"
+        )),
+    }
+}
+
+fn validate_scale_up(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let Some(scale_up) = &spec.scale_up else {
+        return;
+    };
+    for (i, policy) in scale_up.policies.iter().flatten().enumerate() {
+        let path = format!("spec.scaleUp.policies[{i}]");
+        if policy.value < 1 {
+            errors.push(FieldError::new(
+                format!("{path}.value"),
+                format!("{} must be at least 1", policy.value),
+            ));
+        }
+        if !(1..=1800).contains(&policy.period_seconds) {
+            errors.push(FieldError::new(
+                format!("{path}.periodSeconds"),
+                format!(
+                    "{} must be between 1 and 1800 seconds",
+                    policy.period_seconds
+                ),
+            ));
+        }
+    }
+    if let Some(tolerance) = &scale_up.tolerance
+        && let Err(why) = parse_tolerance(tolerance)
+    {
+        errors.push(FieldError::new("spec.scaleUp.tolerance", why));
+    }
+}
+
+fn validate_schedules(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let mut names = std::collections::BTreeSet::new();
+    for (i, schedule) in spec.schedules().iter().enumerate() {
+        let path = format!("spec.schedules[{i}]");
+        if schedule.name.trim().is_empty() {
+            errors.push(FieldError::new(format!("{path}.name"), "must not be empty"));
+        } else if !names.insert(schedule.name.as_str()) {
+            errors.push(FieldError::new(
+                format!("{path}.name"),
+                format!("{:?} is used by another schedule", schedule.name),
+            ));
+        }
+        if let Err(problems) = crate::schedule::Schedule::compile(schedule) {
+            for (field, message) in problems {
+                errors.push(FieldError::new(format!("{path}.{field}"), message));
+            }
+        }
+        match (schedule.min_replicas, schedule.max_replicas) {
+            (None, None) => errors.push(FieldError::new(
+                path.clone(),
+                "set minReplicas (a floor) and/or maxReplicas (a ceiling)",
+            )),
+            (Some(floor), _) if floor > spec.max_replicas => errors.push(FieldError::new(
+                format!("{path}.minReplicas"),
+                format!(
+                    "floor {floor} exceeds spec.maxReplicas {}; the ceiling would win",
+                    spec.max_replicas
+                ),
+            )),
+            (Some(floor), Some(ceiling)) if floor > ceiling => errors.push(FieldError::new(
+                format!("{path}.minReplicas"),
+                format!("floor {floor} exceeds this schedule's maxReplicas {ceiling}"),
+            )),
+            _ => {}
+        }
+        for (field, value) in [
+            ("minReplicas", schedule.min_replicas),
+            ("maxReplicas", schedule.max_replicas),
+        ] {
+            if let Some(v) = value
+                && v < 0
+            {
+                errors.push(FieldError::new(
+                    format!("{path}.{field}"),
+                    format!("{v} is negative"),
+                ));
+            }
+        }
+    }
 }
 
 /// Like [`validate_spec`] but returns `Err` with every violation.
@@ -393,6 +491,9 @@ mod tests {
             sync_period_seconds: None,
             retry_period_seconds: None,
             scale_down: None,
+            scale_up: None,
+            mode: None,
+            schedules: None,
             preemption: None,
         }
     }
@@ -404,6 +505,65 @@ mod tests {
     #[test]
     fn valid_spec_has_no_errors() {
         assert_eq!(validate_spec(&valid()), vec![]);
+    }
+
+    fn schedule(start: &str, duration: Option<i32>, floor: Option<i32>) -> crate::ScheduleSpec {
+        crate::ScheduleSpec {
+            name: "warm".into(),
+            start: start.into(),
+            end: None,
+            duration_seconds: duration,
+            time_zone: Some("Europe/Berlin".into()),
+            min_replicas: floor,
+            max_replicas: None,
+        }
+    }
+
+    #[test]
+    fn schedules_and_scale_up_refuse_bad_input_naming_the_field() {
+        let mut spec = valid();
+        spec.max_replicas = 5;
+        let mut bad_zone = schedule("0 8 * * Mon-Fri", Some(3600), Some(2));
+        bad_zone.time_zone = Some("Europe/Nowhere".into());
+        spec.schedules = Some(vec![
+            schedule("0 8 * * Mon-Fri", Some(43_200), Some(4)), // valid
+            schedule("0 25 * * *", Some(3600), Some(2)),        // hour 25
+            bad_zone,
+            schedule("0 8 * * *", Some(3600), Some(6)), // floor above maxReplicas
+            schedule("0 8 * * *", None, Some(2)),       // no end, no duration
+            schedule("0 8 * * *", Some(3600), None),    // neither floor nor ceiling
+        ]);
+        spec.scale_up = Some(crate::ScaleUp {
+            policies: Some(vec![crate::ScaleUpPolicy {
+                type_: crate::ScaleUpPolicyType::Pods,
+                value: 4,
+                period_seconds: 0,
+            }]),
+            select_policy: None,
+            tolerance: Some("10%".into()),
+        });
+        let got = paths(&spec);
+        let mut want = vec![
+            "spec.schedules[1].name",
+            "spec.schedules[1].start",
+            "spec.schedules[2].name",
+            "spec.schedules[2].timeZone",
+            "spec.schedules[3].name",
+            "spec.schedules[3].minReplicas",
+            "spec.schedules[4].name",
+            "spec.schedules[4].end",
+            "spec.schedules[5].name",
+            "spec.schedules[5]",
+            "spec.scaleUp.policies[0].periodSeconds",
+            "spec.scaleUp.tolerance",
+        ];
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        want.sort_unstable();
+        assert_eq!(got_sorted, want, "{:?}", validate_spec(&spec));
+        assert_eq!(parse_tolerance("0.1"), Ok(0.1));
+        assert!(parse_tolerance("1").is_err());
+        assert!(parse_tolerance("-0.1").is_err());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! engine's decision, whether and what to write to `spec.replicas`, and who holds the field
 //! (`docs/scaling.md`, `docs/writing-replicas.md#contest`). No I/O: table-tested below.
 
-use llmscaler_api::{LLMScaler, LLMScalerSpec};
+use k8s_openapi::jiff::Timestamp;
+use llmscaler_api::names::{PAUSED_ANNOTATION, Reason};
+use llmscaler_api::{LLMScaler, LLMScalerSpec, ScalerMode};
 
 use super::history::{history_from_status, refresh_interval_ms};
 use super::state::ScalerState;
@@ -33,6 +35,52 @@ pub struct Plan<E> {
     pub contested_by: Option<String>,
     /// The stabilization history after the sync, and its refresh interval (ms).
     pub history: (History, i64),
+    /// Whether the operator acts on the target at this sync.
+    pub acting: Acting,
+    /// The schedules active at this sync, by name.
+    pub active_schedules: Vec<String>,
+    /// The bounds in force (`spec` bounds with the active schedules applied), replicas.
+    pub bounds: (i32, i32),
+}
+
+/// Whether the operator writes the target (docs/guards.md#pause-and-advisory).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acting {
+    /// Writes `spec.replicas` and pod marks.
+    Active,
+    /// Computes and reports only: paused by annotation or in advisory mode.
+    Passive {
+        /// `Paused` or `AdvisoryMode`.
+        reason: Reason,
+        /// What holds it, for status: the annotation or the mode.
+        by: String,
+    },
+}
+
+impl Acting {
+    /// How `scaler` acts: paused while its [`PAUSED_ANNOTATION`] is `"true"`, advisory under
+    /// `spec.mode: Advisory`, else active.
+    pub fn of(scaler: &LLMScaler, spec: &LLMScalerSpec) -> Self {
+        let paused = scaler
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PAUSED_ANNOTATION))
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        if paused {
+            Acting::Passive {
+                reason: Reason::Paused,
+                by: format!("annotation {PAUSED_ANNOTATION}"),
+            }
+        } else if spec.effective_mode() == ScalerMode::Advisory {
+            Acting::Passive {
+                reason: Reason::AdvisoryMode,
+                by: "spec.mode: Advisory".to_owned(),
+            }
+        } else {
+            Acting::Active
+        }
+    }
 }
 
 /// Decides one sync at `now_ms` (Unix milliseconds): the engine on the observed target and
@@ -47,23 +95,34 @@ pub fn decide<E: Clone>(
     now_ms: i64,
     sync_period_ms: i64,
 ) -> Plan<E> {
-    let policy = Policy::from_spec(spec);
+    let mut policy = Policy::from_spec(spec);
+    let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    let active_schedules =
+        engine::schedule::apply(&mut policy, &engine::schedule::compile(spec), now);
     let refresh_ms = refresh_interval_ms(policy.window_ms, sync_period_ms);
+    let acting = Acting::of(scaler, spec);
+    let resuming =
+        acting == Acting::Active && scaler.status.as_ref().is_some_and(|s| s.paused.is_some());
     // While leading, the history lives in memory; after a restart or a leader change it comes
     // back from status, shifted later by the refresh interval (never an early scale-down).
-    // Without a window nothing is kept: records of an earlier window are dropped.
-    let mut history = if policy.window_ms > 0 {
-        state
-            .history
-            .take()
-            .unwrap_or_else(|| history_from_status(scaler.status.as_ref(), refresh_ms))
-    } else {
-        History::default()
-    };
-    let decision = engine::decide(&policy, &target.observation(), signal, &mut history, now_ms);
-    if policy.window_ms > 0 {
-        state.history = Some(history.clone());
+    let mut history = state
+        .history
+        .take()
+        .unwrap_or_else(|| history_from_status(scaler.status.as_ref(), refresh_ms));
+    if resuming {
+        // Back from a pause or advisory mode: start from the current replicas, not from what was
+        // recommended or "written" while nothing was (no jump, a full window before going down,
+        // no scale-up rate used up).
+        history = History::default();
+        if policy.window_ms > 0 {
+            history.pin(now_ms, target.spec_replicas);
+        }
+    } else if policy.window_ms == 0 {
+        // Without a window no record is kept: those of an earlier window are dropped.
+        history.clear_records();
     }
+    let decision = engine::decide(&policy, &target.observation(), signal, &mut history, now_ms);
+    state.history = Some(history.clone());
 
     let previous = previous_conditions(scaler);
     let contested_by = contested_by(
@@ -79,11 +138,11 @@ pub fn decide<E: Clone>(
     // period; a held sync asserts nothing.
     let reassert = state.contest.reassert_due(
         target.owns_replicas,
-        decision.recommendation.is_none(),
+        decision.recommendation.is_none() || acting != Acting::Active,
         now_ms,
         sync_period_ms,
     );
-    let write = (changes || reassert).then_some(ReplicasWrite {
+    let write = (acting == Acting::Active && (changes || reassert)).then_some(ReplicasWrite {
         from: target.spec_replicas,
         to: decision.replicas,
         scale_down: decision.replicas < target.spec_replicas,
@@ -93,6 +152,9 @@ pub fn decide<E: Clone>(
         write,
         contested_by,
         history: (history, refresh_ms),
+        acting,
+        active_schedules,
+        bounds: (policy.min_replicas, policy.max_replicas),
     }
 }
 

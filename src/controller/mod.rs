@@ -35,10 +35,11 @@ use llmscaler_api::names::FIELD_MANAGER;
 use llmscaler_api::{LLMScaler, LLMScalerSpec, apply_defaults};
 
 use crate::engine::clock::{Clock, SystemClock};
-use crate::engine::conditions::{self, Ownership, SyncReport, WriteOutcome};
+use crate::engine::conditions::{self, WriteOutcome};
 use crate::metrics::MetricsClient;
 use crate::telemetry::Metrics;
 use act::StatusError;
+use decide::Acting;
 use leadership::Leadership;
 use observe::{Observation, Observed};
 use report::Outcome;
@@ -144,7 +145,7 @@ pub async fn run(
         .reflect(writer)
         .inspect(move |event| evict_deleted(&evictions, &store, event))
         .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+        .predicate_filter(spec_or_pause, Default::default());
     Controller::for_stream(stream, reader)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -154,6 +155,19 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// What re-triggers a sync besides the requeue: a new `metadata.generation` (a spec change) or a
+/// change of the pause annotation; the operator's own status writes do not.
+fn spec_or_pause(scaler: &LLMScaler) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    predicates::generation(scaler).hash(&mut hasher);
+    scaler
+        .annotations()
+        .get(llmscaler_api::names::PAUSED_ANNOTATION)
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Evicts the state of a deleted scaler, and after a re-list of every scaler no longer listed.
@@ -297,23 +311,12 @@ async fn decide_and_act(
         decision,
     );
 
-    let target_name = (spec.target_ref.kind.as_str(), spec.target_ref.name.as_str());
     let write = act::carry_out(ctx, scaler, spec, observed, &plan, state).await;
-    let ownership: Ownership = decide::ownership(&plan, scaler, target, state, &write, now_ms);
-    let skipped = report::skipped(decision);
-    let conditions = conditions::derive(&SyncReport {
-        recommendation: decision.recommendation,
-        decision_reason: decision.reason,
-        limited: decision.limited,
-        spec_replicas: target.spec_replicas,
-        replicas: decision.replicas,
-        ready_replicas: target.ready_replicas,
-        bounds: (spec.min_replicas, spec.max_replicas),
-        skipped: &skipped,
-        write: &write,
-        ownership: &ownership,
-        target: target_name,
-    });
+    if let Some(event) = report::advice_event(spec, target, &plan, state) {
+        act::publish(ctx, scaler, &[event]).await;
+    }
+    let ownership = decide::ownership(&plan, scaler, target, state, &write, now_ms);
+    let conditions = report::conditions(spec, target, &plan, &write, &ownership);
     Outcome {
         current_replicas: Some(target.ready_replicas),
         desired_replicas: Some(decision.desired),
@@ -323,7 +326,11 @@ async fn decide_and_act(
             .filter(|_| write == WriteOutcome::Wrote)
             .map(|w| (w.from, w.to)),
         conditions,
-        // Without a window nothing is kept (an earlier window's records are dropped).
+        passive_by: Some(match &plan.acting {
+            Acting::Active => None,
+            Acting::Passive { by, .. } => Some(by.clone()),
+        }),
+        active_schedules: Some(plan.active_schedules),
         history: Some(plan.history),
     }
 }

@@ -5,10 +5,17 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use llmscaler_api::{LLMScaler, LLMScalerSpec, LLMScalerStatus};
+use llmscaler_api::{LLMScaler, LLMScalerSpec, LLMScalerStatus, PausedStatus};
 
+use llmscaler_api::names::Reason;
+
+use super::decide::{Acting, Plan};
 use super::history::history_to_persist;
-use crate::engine::conditions::{self, ConditionSpec, EventSpec};
+use super::state::ScalerState;
+use super::target::TargetState;
+use crate::engine::conditions::{
+    self, ConditionSpec, EventSpec, Ownership, SyncReport, WriteOutcome,
+};
 use crate::engine::{Decision, History};
 use crate::metrics::Readings;
 use crate::telemetry::Metrics;
@@ -26,6 +33,11 @@ pub struct Outcome {
     pub conditions: Vec<ConditionSpec>,
     /// The stabilization history and its refresh interval (ms), when a decision was made.
     pub history: Option<(History, i64)>,
+    /// The schedules active, when a decision was made.
+    pub active_schedules: Option<Vec<String>>,
+    /// Whether the operator acted, when a decision was made: `Some(None)` active,
+    /// `Some(Some(by))` paused or advisory (what holds it).
+    pub passive_by: Option<Option<String>>,
 }
 
 /// The new status of `scaler` after a sync at `now`, and the Events of the condition flips.
@@ -57,6 +69,23 @@ pub fn status(
                 history_to_persist(previous.recommendations.as_ref(), history, *refresh_ms)
             }
             None => previous.recommendations.clone(),
+        },
+        active_schedules: match &outcome.active_schedules {
+            Some(active) => (!active.is_empty()).then(|| active.clone()),
+            None => previous.active_schedules.clone(),
+        },
+        paused: match &outcome.passive_by {
+            None => previous.paused.clone(),
+            Some(None) => None,
+            Some(Some(by)) => Some(PausedStatus {
+                by: by.clone(),
+                // Since the first sync that found it so (kept while the same thing holds it).
+                since: previous
+                    .paused
+                    .as_ref()
+                    .filter(|p| p.by == *by)
+                    .map_or(Time(now), |p| p.since.clone()),
+            }),
         },
         conditions: Some(merged),
     };
@@ -132,4 +161,84 @@ pub fn record_decision<E>(
         reason = decision.reason.as_str(),
         "sync"
     );
+}
+
+/// The five conditions of a decided sync (see [`conditions::derive`]).
+pub fn conditions<E: std::fmt::Display>(
+    spec: &LLMScalerSpec,
+    target: &TargetState,
+    plan: &Plan<E>,
+    write: &WriteOutcome,
+    ownership: &Ownership,
+) -> Vec<ConditionSpec> {
+    let decision = &plan.decision;
+    let skipped = skipped(decision);
+    conditions::derive(&SyncReport {
+        recommendation: decision.recommendation,
+        decision_reason: decision.reason,
+        limited: decision.limited,
+        spec_replicas: target.spec_replicas,
+        replicas: decision.replicas,
+        ready_replicas: target.ready_replicas,
+        bounds: plan.bounds,
+        skipped: &skipped,
+        write,
+        ownership,
+        target: (spec.target_ref.kind.as_str(), spec.target_ref.name.as_str()),
+        schedules: &plan.active_schedules,
+        passive: match &plan.acting {
+            Acting::Active => None,
+            Acting::Passive { reason, by } => {
+                Some((*reason, passive_message(spec, target, plan, by)))
+            }
+        },
+    })
+}
+
+/// What a paused or advisory scaler would do: `<by>: nothing is written; would scale Deployment
+/// vllm 2 -> 4 (ScaledUp)` or `...; replicas stay 3`.
+fn passive_message<E>(
+    spec: &LLMScalerSpec,
+    target: &TargetState,
+    plan: &Plan<E>,
+    by: &str,
+) -> String {
+    let decision = &plan.decision;
+    let advice = if decision.replicas == target.spec_replicas {
+        format!("replicas stay {}", target.spec_replicas)
+    } else {
+        format!(
+            "would scale {} {} {} -> {} ({})",
+            spec.target_ref.kind,
+            spec.target_ref.name,
+            target.spec_replicas,
+            decision.replicas,
+            decision.reason.as_str()
+        )
+    };
+    format!("{by}: nothing is written; {advice}")
+}
+
+/// In advisory mode, an Event when the advice changes (`AdvisoryMode`, Normal): what the operator
+/// would write. Paused scalers and unchanged advice publish nothing.
+pub fn advice_event<E>(
+    spec: &LLMScalerSpec,
+    target: &TargetState,
+    plan: &Plan<E>,
+    state: &mut ScalerState,
+) -> Option<EventSpec> {
+    let Acting::Passive { reason, by } = &plan.acting else {
+        state.last_advice = None;
+        return None;
+    };
+    let advice = plan.decision.replicas;
+    let changed = state.last_advice.replace(advice) != Some(advice);
+    (*reason == Reason::AdvisoryMode && changed && advice != target.spec_replicas).then(|| {
+        EventSpec {
+            warning: false,
+            reason: *reason,
+            note: passive_message(spec, target, plan, by),
+            action: "Advise",
+        }
+    })
 }

@@ -24,6 +24,8 @@ pub struct ScalerState {
     pub contest: ContestMemory,
     /// `deletionCostQuery` under Custom was logged once.
     pub warned_cost_query: bool,
+    /// The last replica count advised in advisory mode (an Event is published when it changes).
+    pub last_advice: Option<i32>,
 }
 
 /// Every scaler's memory, shared by the reconciles of one leadership term.

@@ -99,6 +99,11 @@ pub struct SyncReport<'a> {
     pub ownership: &'a Ownership,
     /// The target's kind and name, for messages.
     pub target: (&'a str, &'a str),
+    /// The schedules active at this sync (their floors and ceilings are in `bounds`).
+    pub schedules: &'a [String],
+    /// Set when the operator computes but does not act: `Paused` or `AdvisoryMode`, and a
+    /// message saying what holds it and what it would do.
+    pub passive: Option<(Reason, String)>,
 }
 
 /// The conditions of a sync that refused an invalid spec (`Ready`, `ScalingActive`,
@@ -142,7 +147,16 @@ pub fn source_failed(message: &str) -> Vec<ConditionSpec> {
 pub fn derive(report: &SyncReport<'_>) -> Vec<ConditionSpec> {
     let able = able_to_scale(report);
     let active = scaling_active(report);
-    let ready = if active.status && able.status {
+    let ready = if let Some((reason, message)) = &report.passive {
+        // Not acting by choice: ready when the metrics are, the reason says why nothing is
+        // written.
+        ConditionSpec::new(
+            ConditionType::Ready,
+            active.status,
+            *reason,
+            message.clone(),
+        )
+    } else if active.status && able.status {
         ConditionSpec::new(
             ConditionType::Ready,
             true,
@@ -171,6 +185,9 @@ fn able_to_scale(report: &SyncReport<'_>) -> ConditionSpec {
     let able = |status, reason, message: String| {
         ConditionSpec::new(ConditionType::AbleToScale, status, reason, message)
     };
+    if let Some((reason, message)) = &report.passive {
+        return able(false, *reason, message.clone());
+    }
     match report.write {
         WriteOutcome::MarkFailed(message) => {
             return able(false, Reason::DeletionCostFailed, message.clone());
@@ -235,18 +252,23 @@ fn scaling_active(report: &SyncReport<'_>) -> ConditionSpec {
 
 fn scaling_limited(report: &SyncReport<'_>) -> ConditionSpec {
     let (min, max) = report.bounds;
+    let by_schedules = if report.schedules.is_empty() {
+        String::new()
+    } else {
+        format!(" (schedules in force: {})", report.schedules.join(", "))
+    };
     match report.limited {
         Some(Limit::Min) => ConditionSpec::new(
             ConditionType::ScalingLimited,
             true,
             Reason::TooFewReplicas,
-            format!("recommendation raised to minReplicas {min}"),
+            format!("recommendation raised to minReplicas {min}{by_schedules}"),
         ),
         Some(Limit::Max) => ConditionSpec::new(
             ConditionType::ScalingLimited,
             true,
             Reason::TooManyReplicas,
-            format!("recommendation lowered to maxReplicas {max}"),
+            format!("recommendation lowered to maxReplicas {max}{by_schedules}"),
         ),
         None => ConditionSpec::new(
             ConditionType::ScalingLimited,

@@ -14,6 +14,9 @@ pub struct Record {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct History {
     records: Vec<Record>,
+    /// Replica changes written, `(at_ms, new - old)`, for the scale-up rate cap; in memory only
+    /// (as the HPA keeps its scale events), at most [`super::scale_up::MAX_PERIOD_MS`] old.
+    changes: Vec<(i64, i32)>,
 }
 
 /// Most records kept, whatever the window: bounds the status size when a long window meets a
@@ -24,7 +27,40 @@ impl History {
     /// A history holding `records` (e.g. read back from status), sorted by time.
     pub fn from_records(mut records: Vec<Record>) -> Self {
         records.sort_by_key(|r| r.at_ms);
-        Self { records }
+        Self {
+            records,
+            changes: Vec::new(),
+        }
+    }
+
+    /// Drops the stabilization records (a window turned off), keeping the replica changes.
+    pub fn clear_records(&mut self) {
+        self.records.clear();
+    }
+
+    /// Notes a change of `delta` replicas written at `now_ms`, and forgets changes older than
+    /// the longest scale-up period.
+    pub fn note_change(&mut self, now_ms: i64, delta: i32) {
+        let cutoff = now_ms.saturating_sub(super::scale_up::MAX_PERIOD_MS);
+        self.changes.retain(|(at, _)| *at > cutoff);
+        if delta != 0 {
+            self.changes.push((now_ms, delta));
+        }
+    }
+
+    /// Replicas added and removed by the changes strictly after `now_ms - period_ms`.
+    pub fn changes_within(&self, now_ms: i64, period_ms: i64) -> (i64, i64) {
+        let cutoff = now_ms.saturating_sub(period_ms);
+        self.changes.iter().filter(|(at, _)| *at > cutoff).fold(
+            (0, 0),
+            |(added, removed), (_, delta)| {
+                if *delta > 0 {
+                    (added + i64::from(*delta), removed)
+                } else {
+                    (added, removed - i64::from(*delta))
+                }
+            },
+        )
     }
 
     /// The records, oldest first.

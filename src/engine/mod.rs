@@ -11,6 +11,8 @@ pub mod conditions;
 pub mod contest;
 mod history;
 mod ratio;
+pub mod scale_up;
+pub mod schedule;
 
 pub use history::{History, Record};
 pub use ratio::{metric_recommendation, ratio_recommendation};
@@ -18,7 +20,7 @@ pub use ratio::{metric_recommendation, ratio_recommendation};
 use llmscaler_api::{LLMScalerSpec, parse_target};
 
 /// Bounds and damping taken from a (validated) spec.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
     /// `spec.minReplicas`, replicas.
     pub min_replicas: i32,
@@ -28,6 +30,8 @@ pub struct Policy {
     pub window_ms: i64,
     /// `spec.scaleDown.maxStepReplicas`; 0 = unlimited.
     pub max_step_replicas: i32,
+    /// `spec.scaleUp`: rate caps and tolerance (off by default).
+    pub scale_up: scale_up::ScaleUpRules,
 }
 
 impl Policy {
@@ -38,6 +42,7 @@ impl Policy {
             max_replicas: spec.max_replicas,
             window_ms: i64::from(spec.effective_stabilization_window_seconds().max(0)) * 1000,
             max_step_replicas: spec.effective_max_step_replicas().max(0),
+            scale_up: scale_up::ScaleUpRules::from_spec(spec),
         }
     }
 
@@ -135,6 +140,8 @@ pub struct MetricOutcome<E> {
     pub name: String,
     /// The value read, when one was.
     pub value: Option<f64>,
+    /// `value / target`, when both are usable (the tolerance band's input).
+    pub ratio: Option<f64>,
     /// `ceil(max(ready, 1) × value / target)`, saturated to `0..=i32::MAX`, or the skip reason.
     pub recommendation: Result<i32, Skip<E>>,
 }
@@ -182,6 +189,8 @@ pub enum Reason {
     ScaledDown,
     /// Lowered by `maxStepReplicas` towards a lower recommendation.
     StepCapped,
+    /// Raised, but only as far as the `scaleUp` rate cap allows.
+    ScaleUpLimited,
     /// The recommendation equals `spec.replicas`.
     Steady,
     /// The raw recommendation is lower but the stabilization window keeps the fleet.
@@ -202,6 +211,7 @@ impl Reason {
         Reason::ScaledUp,
         Reason::ScaledDown,
         Reason::StepCapped,
+        Reason::ScaleUpLimited,
         Reason::Steady,
         Reason::ScaleDownStabilized,
         Reason::MetricsUnavailable,
@@ -215,6 +225,7 @@ impl Reason {
             Reason::ScaledUp => "ScaledUp",
             Reason::ScaledDown => "ScaledDown",
             Reason::StepCapped => "StepCapped",
+            Reason::ScaleUpLimited => "ScaleUpLimited",
             Reason::Steady => "Steady",
             Reason::ScaleDownStabilized => "ScaleDownStabilized",
             Reason::MetricsUnavailable => "MetricsUnavailable",
@@ -285,17 +296,14 @@ pub fn recommend<E: Clone>(
                 .iter()
                 .map(|input| evaluate_metric(input, ready_replicas))
                 .collect();
-            let best = outcomes
-                .iter()
-                .filter_map(|o| o.recommendation.as_ref().ok().copied())
-                .max();
-            (best, outcomes)
+            (best_recommendation(&outcomes), outcomes)
         }
         Signal::Decision(result) => {
             let recommendation = result.as_ref().ok().map(|&active| active.max(0));
             let outcome = MetricOutcome {
                 name: "decision".to_string(),
                 value: recommendation.map(f64::from),
+                ratio: None,
                 recommendation: match result {
                     Ok(_) => Ok(recommendation.unwrap_or(0)),
                     Err(why) => Err(Skip::Unavailable(why.clone())),
@@ -306,9 +314,22 @@ pub fn recommend<E: Clone>(
     }
 }
 
+/// The largest per-metric recommendation, `None` when every metric was skipped.
+fn best_recommendation<E>(outcomes: &[MetricOutcome<E>]) -> Option<i32> {
+    outcomes
+        .iter()
+        .filter_map(|o| o.recommendation.as_ref().ok().copied())
+        .max()
+}
+
 fn evaluate_metric<E: Clone>(input: &MetricInput<E>, ready_replicas: i32) -> MetricOutcome<E> {
     let value = input.value.as_ref().ok().copied();
-    let recommendation = match (&input.value, parse_target(&input.target)) {
+    let target = parse_target(&input.target);
+    let ratio = match (value, &target) {
+        (Some(v), Ok(t)) if v.is_finite() => Some(v / t),
+        _ => None,
+    };
+    let recommendation = match (&input.value, target) {
         (_, Err(why)) => Err(Skip::BadTarget(why)),
         (Err(why), _) => Err(Skip::Unavailable(why.clone())),
         (Ok(v), Ok(target)) => metric_recommendation(ready_replicas, *v, target),
@@ -316,6 +337,7 @@ fn evaluate_metric<E: Clone>(input: &MetricInput<E>, ready_replicas: i32) -> Met
     MetricOutcome {
         name: input.name.clone(),
         value,
+        ratio,
         recommendation,
     }
 }
@@ -339,7 +361,10 @@ pub fn decide<E: Clone>(
     now_ms: i64,
 ) -> Decision<E> {
     let spec = observed.spec_replicas;
-    let (recommendation, metrics) = recommend(signal, observed.ready_replicas);
+    let (mut recommendation, mut metrics) = recommend(signal, observed.ready_replicas);
+    if policy.scale_up.apply_tolerance(&mut metrics, spec) {
+        recommendation = best_recommendation(&metrics);
+    }
     // Hold: nothing measurable recommends the current spec.replicas, which then goes through
     // clamp, window, step cap and guards like any recommendation (so a lowered maxReplicas
     // still applies, and the window remembers the held value).
@@ -373,6 +398,14 @@ pub fn decide<E: Clone>(
         target = stepped;
     }
 
+    if target > spec
+        && let Some(limit) = policy.scale_up.limit(spec, history, now_ms)
+        && target > limit
+    {
+        target = limit;
+        reason = Reason::ScaleUpLimited;
+    }
+
     let deferral = if target == spec {
         None
     } else if observed.rollout_in_progress {
@@ -395,6 +428,7 @@ pub fn decide<E: Clone>(
         };
     }
 
+    history.note_change(now_ms, target - spec);
     let action = if target > spec {
         Action::ScaleUp
     } else if target < spec {

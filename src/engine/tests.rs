@@ -9,6 +9,7 @@ fn policy(min: i32, max: i32) -> Policy {
         max_replicas: max,
         window_ms: 0,
         max_step_replicas: 0,
+        scale_up: scale_up::ScaleUpRules::default(),
     }
 }
 

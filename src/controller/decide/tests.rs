@@ -201,6 +201,9 @@ fn ownership_before_any_write_is_not_claimed() {
         write: None,
         contested_by: None,
         history: (History::default(), PERIOD_MS),
+        acting: Acting::Active,
+        active_schedules: Vec::new(),
+        bounds: (1, 10),
     };
     let state = ScalerState::default();
     let unowned = target(2, &["helm"]);

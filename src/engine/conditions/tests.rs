@@ -23,6 +23,8 @@ fn report<'a>(
         write,
         ownership,
         target: ("Deployment", "vllm"),
+        schedules: &[],
+        passive: None,
     }
 }
 
@@ -193,6 +195,33 @@ fn five_conditions_for_each_kind_of_sync() {
                 valid,
                 able,
                 healthy_tail(within, (true, R::OtherFieldManager)),
+            ),
+        ),
+        (
+            "paused",
+            SyncReport {
+                passive: Some((R::Paused, "paused".to_owned())),
+                ..report(&not_needed, &owned, &none)
+            },
+            row(
+                (true, R::Paused),
+                valid,
+                (false, R::Paused),
+                healthy_tail(within, ours),
+            ),
+        ),
+        (
+            "advisory while metrics fail",
+            SyncReport {
+                recommendation: None,
+                passive: Some((R::AdvisoryMode, "advisory".to_owned())),
+                ..report(&not_needed, &owned, &skipped)
+            },
+            row(
+                (false, R::AdvisoryMode),
+                (false, R::MetricsUnavailable),
+                (false, R::AdvisoryMode),
+                healthy_tail(within, ours),
             ),
         ),
         (
