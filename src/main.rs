@@ -49,6 +49,10 @@ struct SimulateArgs {
     /// Draw replicas, desired and each metric against time (.svg or .png).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Wall-clock time of `t = 0` (RFC 3339, e.g. `2026-03-28T22:00:00Z`), for
+    /// `spec.schedules`.
+    #[arg(long, default_value = "1970-01-01T00:00:00Z")]
+    start_time: k8s_openapi::jiff::Timestamp,
 }
 
 /// Exit status for an invalid spec or malformed input.
@@ -108,6 +112,7 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
     let options = simulate::Options {
         initial_replicas,
         startup_seconds: args.startup_seconds,
+        start: args.start_time,
     };
     let steps = simulate::replay(&scaler.spec, &rows, options);
     if let Err(err) = simulate::write_csv(std::io::stdout().lock(), &columns, &steps) {

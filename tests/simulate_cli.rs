@@ -386,3 +386,74 @@ fn plot_without_the_plot_feature_fails_clearly() {
     );
     assert!(!plot.exists());
 }
+
+#[test]
+fn a_schedule_floor_follows_local_time_across_a_dst_change() {
+    // Europe/Berlin springs forward on 2026-03-29 at 02:00. The floor of 4 holds from local
+    // midnight (23:00 UTC the day before) to local noon (10:00 UTC after the change: 11 h).
+    let scaler = one_metric(
+        1,
+        10,
+        "  schedules:\n  - name: night-warm\n    start: \"0 0 * * *\"\n    end: \"0 12 * * *\"\n    timeZone: Europe/Berlin\n    minReplicas: 4\n",
+    );
+    let out = ok(
+        &scaler,
+        "t,queue\n0,0\n3599,0\n3600,0\n43199,0\n43200,0\n",
+        &[
+            "--initial-replicas",
+            "1",
+            "--start-time",
+            "2026-03-28T22:00:00Z",
+        ],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,queue\n\
+         0,1,1,1,none,Steady,0\n\
+         3599,1,1,1,none,Steady,0\n\
+         3600,1,4,4,scale_up,ScaledUp,0\n\
+         43199,4,4,4,none,Steady,0\n\
+         43200,4,1,1,scale_down,ScaledDown,0\n"
+    );
+}
+
+#[test]
+fn the_scale_up_cap_limits_pods_per_period() {
+    // At most 2 pods per 60 s: 1 -> 3 at once, held at 3 inside the period, 3 -> 5 once the
+    // first change is a whole period old (HPA: changes strictly after now - period count).
+    let scaler = one_metric(
+        1,
+        10,
+        "  scaleUp:\n    policies:\n    - {type: Pods, value: 2, periodSeconds: 60}\n",
+    );
+    let out = ok(
+        &scaler,
+        "t,queue\n0,5\n15,5\n60,5\n61,5\n",
+        &["--initial-replicas", "1"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,queue\n\
+         0,1,10,3,scale_up,ScaleUpLimited,5\n\
+         15,3,10,3,none,ScaleUpLimited,5\n\
+         60,3,10,5,scale_up,ScaleUpLimited,5\n\
+         61,5,10,5,none,ScaleUpLimited,5\n"
+    );
+}
+
+#[test]
+fn the_tolerance_band_keeps_the_fleet_inside_it() {
+    // Target 0.5, tolerance 0.1: 0.54 (ratio 1.08) keeps 4; 0.6 (ratio 1.2) scales to 5.
+    let scaler = one_metric(1, 10, "  scaleUp: {tolerance: \"0.1\"}\n");
+    let out = ok(
+        &scaler,
+        "t,queue\n0,0.54\n15,0.6\n",
+        &["--initial-replicas", "4"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,queue\n\
+         0,4,4,4,none,Steady,0.54\n\
+         15,4,5,5,scale_up,ScaledUp,0.6\n"
+    );
+}

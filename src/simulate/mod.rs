@@ -6,6 +6,8 @@ pub mod plot;
 
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
 use crate::engine::{self, Action, History, Observation, Policy};
 use input::{Columns, Row};
 
@@ -16,6 +18,8 @@ pub struct Options {
     pub initial_replicas: Option<i32>,
     /// Seconds a replica added at `t` takes to become ready (ready at `t + startup`).
     pub startup_seconds: f64,
+    /// The wall-clock time of `t = 0`, for `spec.schedules` (default: the Unix epoch).
+    pub start: Timestamp,
 }
 
 /// One output row.
@@ -100,7 +104,8 @@ impl Readiness {
 
 /// Runs every row through [`engine::decide`]. `spec` must be defaulted and valid.
 pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step> {
-    let policy = Policy::from_spec(spec);
+    let base_policy = Policy::from_spec(spec);
+    let schedules = engine::schedule::compile(spec);
     let mut history = History::default();
     let mut spec_replicas = options.initial_replicas.unwrap_or(spec.min_replicas).max(0);
     let mut readiness = Readiness {
@@ -123,6 +128,12 @@ pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step>
                 MetricProvider::Prometheus => engine::Signal::metrics(spec, row.values.clone()),
                 MetricProvider::Custom => engine::Signal::Decision(row.decision.clone()),
             };
+            let mut policy = base_policy.clone();
+            let now = options
+                .start
+                .checked_add(SignedDuration::from_millis(row.t_ms))
+                .unwrap_or(options.start);
+            engine::schedule::apply(&mut policy, &schedules, now);
             let decision = engine::decide(&policy, &observed, &signal, &mut history, row.t_ms);
             readiness.scale(row.t_ms, spec_replicas, decision.replicas, startup_ms);
             spec_replicas = decision.replicas;
