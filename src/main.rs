@@ -12,6 +12,15 @@ use llmscaler::{process, simulate};
 #[derive(Parser, Debug)]
 #[command(name = "llmscaler", version, about)]
 struct Cli {
+    /// Log lines as `text` or `json` (one object per line, on stderr).
+    #[arg(
+        long,
+        global = true,
+        env = "LLMSCALER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: process::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -71,8 +80,10 @@ fn main() -> ExitCode {
         },
         Command::Simulate(args) => run_simulate(&args),
         Command::Probe(args) => llmscaler::probe::run(&args),
-        Command::Run(args) => process::run(|shutdown| llmscaler::run::run(args, shutdown)),
-        Command::Webhook(args) => process::run(|shutdown| async move {
+        Command::Run(args) => process::run(cli.log_format, |shutdown| {
+            llmscaler::run::run(args, shutdown)
+        }),
+        Command::Webhook(args) => process::run(cli.log_format, |shutdown| async move {
             llmscaler_webhooks::cli::serve(&args, shutdown.wait()).await
         }),
     }

@@ -18,16 +18,34 @@ pub fn install_crypto_provider() {
     }
 }
 
-/// Sends `tracing` output to stderr, filtered by `RUST_LOG` (default `info`). A second call is a
-/// no-op.
-pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the event's
+    /// fields at the top level (a sync line carries `namespace` and `name` of its scaler).
+    Json,
+}
+
+/// Sends `tracing` output to stderr in `format`, filtered by `RUST_LOG` (default `info`). A
+/// second call is a no-op.
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 /// A shutdown request (SIGINT or SIGTERM). Clones see the same request.
@@ -91,17 +109,17 @@ impl Shutdown {
     }
 }
 
-/// Runs `main` as a program: crypto provider, tracing, a multi-threaded runtime, signal handlers
-/// installed before `main` starts; prints `error: ...` and exits 1 when `main` fails, 0 when it
-/// returns `Ok`.
-pub fn run<F, Fut, E>(main: F) -> ExitCode
+/// Runs `main` as a program: crypto provider, tracing in `log_format`, a multi-threaded runtime,
+/// signal handlers installed before `main` starts; prints `error: ...` and exits 1 when `main`
+/// fails, 0 when it returns `Ok`.
+pub fn run<F, Fut, E>(log_format: LogFormat, main: F) -> ExitCode
 where
     F: FnOnce(Shutdown) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
     install_crypto_provider();
-    init_tracing();
+    init_tracing(log_format);
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(err) => return fail(1, &format!("cannot start the async runtime: {err}")),

@@ -309,6 +309,11 @@ impl Operator {
         text
     }
 
+    /// Where the operator's stderr (its tracing output) is written.
+    pub fn stderr_path(&self) -> PathBuf {
+        self.log.with_file_name("operator.stderr")
+    }
+
     /// The last 40 lines of the log.
     pub fn log_tail(&self) -> String {
         let text = self.log();

@@ -84,7 +84,7 @@ pub async fn carry_out<E>(
             WriteOutcome::Wrote
         }
         Err(err) => {
-            tracing::warn!(scaler = %format!("{namespace}/{name}"), error = %err, "writing spec.replicas failed");
+            tracing::warn!(namespace, name, error = %err, "writing spec.replicas failed");
             err.outcome()
         }
     }
@@ -156,7 +156,11 @@ async fn mark_victims(
         }
         (Some(_), MetricProvider::Custom) => {
             if !std::mem::replace(&mut state.warned_cost_query, true) {
-                tracing::info!(scaler = %format!("{namespace}/{name}"), "deletionCostQuery is ignored under the Custom provider; newest pods go first");
+                tracing::info!(
+                    namespace,
+                    name,
+                    "deletionCostQuery is ignored under the Custom provider; newest pods go first"
+                );
             }
             None
         }

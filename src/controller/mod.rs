@@ -122,7 +122,7 @@ impl Context {
     fn forget(&self, key: &ScalerKey) {
         self.states.evict(key);
         let removed = self.telemetry.forget(&key.0, &key.1);
-        tracing::debug!(scaler = %format!("{}/{}", key.0, key.1), series = removed, "scaler deleted: state evicted");
+        tracing::debug!(namespace = %key.0, name = %key.1, series = removed, "scaler deleted: state evicted");
     }
 }
 
@@ -193,7 +193,7 @@ fn evict_deleted(
 }
 
 fn error_policy(scaler: Arc<LLMScaler>, err: &ControllerError, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(scaler = %scaler.name_any(), error = %err, kind = err.metric_label(), "sync failed");
+    tracing::warn!(namespace = %scaler.namespace().unwrap_or_default(), name = %scaler.name_any(), error = %err, kind = err.metric_label(), "sync failed");
     Action::requeue(seconds(scaler.spec.effective_retry_period_seconds()))
 }
 

@@ -152,7 +152,8 @@ pub fn record_decision<E>(
         decision.recommendation,
     );
     tracing::info!(
-        scaler = %format!("{namespace}/{name}"),
+        namespace,
+        name,
         ready = ready_replicas,
         spec = spec_replicas,
         desired = decision.desired,

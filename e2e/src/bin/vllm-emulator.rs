@@ -51,7 +51,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    llmscaler::process::run(|shutdown| run(Args::parse(), shutdown))
+    llmscaler::process::run(llmscaler::process::LogFormat::Text, |shutdown| {
+        run(Args::parse(), shutdown)
+    })
 }
 
 async fn run(args: Args, shutdown: llmscaler::process::Shutdown) -> anyhow::Result<()> {

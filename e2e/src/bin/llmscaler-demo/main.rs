@@ -109,7 +109,9 @@ const KWOK_READY_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 const MANAGER: &str = "llmscaler-demo";
 
 fn main() -> ExitCode {
-    llmscaler::process::run(|shutdown| main_async(Args::parse(), shutdown))
+    llmscaler::process::run(llmscaler::process::LogFormat::Text, |shutdown| {
+        main_async(Args::parse(), shutdown)
+    })
 }
 
 /// What the demo started, stopped in [`Started::cleanup`] whatever happened.

@@ -1,0 +1,191 @@
+//! Operator controls on the local cluster (issue 16): a paused scaler and an advisory scaler
+//! write nothing to their target over 5 syncs while their status keeps up, both resume from the
+//! current replicas, and `--log-format json` writes one JSON object per line with the scaler's
+//! namespace and name.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use llmscaler_e2e::fixture::{World, scaler_resource, writes_of};
+use llmscaler_e2e::{Check, wait_for};
+use serde_json::{Value, json};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn scalers(world: &World) -> Api<DynamicObject> {
+    Api::namespaced_with(world.client.clone(), world.namespace(), &scaler_resource())
+}
+
+async fn merge(world: &World, patch: Value) -> anyhow::Result<()> {
+    scalers(world)
+        .patch("chat", &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+/// Waits until the scaler's status shows `desiredReplicas == desired` and `paused.by`
+/// containing `by`.
+async fn wait_passive(world: &World, desired: i64, by: &str) -> anyhow::Result<Value> {
+    wait_for(
+        &format!("status desired {desired} and paused by {by:?}"),
+        MINUTE,
+        || async {
+            let status = world.scaler("chat").await?["status"].clone();
+            let ok = status["desiredReplicas"].as_i64() == Some(desired)
+                && status["paused"]["by"]
+                    .as_str()
+                    .is_some_and(|b| b.contains(by));
+            Ok(if ok {
+                Check::Done(status)
+            } else {
+                Check::NotYet(status.to_string())
+            })
+        },
+    )
+    .await
+}
+
+/// Over 5 more syncs of operator 0, the Deployment keeps `replicas` (every version watched) and
+/// the operator writes no replicas.
+async fn no_writes_over_5_syncs(world: &World, replicas: i32) -> anyhow::Result<()> {
+    let recorder = world.record("vllm").await?;
+    let before = writes_of(&world.operators[0].metrics().await?, "replicas");
+    world.wait_syncs(0, 5).await?;
+    let walk = recorder.replica_walk()?;
+    ensure!(walk == [replicas], "the target moved: {walk:?}");
+    let after = writes_of(&world.operators[0].metrics().await?, "replicas");
+    ensure!(
+        after == before,
+        "{} replica writes while not acting",
+        after - before
+    );
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn a_paused_scaler_writes_nothing_and_resumes_when_unpaused() -> anyhow::Result<()> {
+    let mut world = World::new("ctl-pause").await?;
+    world
+        .queue_scaled_deployment(2, "pause", 0.5, (1, 10), json!({}))
+        .await?;
+    world
+        .start_operator("pause-0", &["--log-format", "json"])
+        .await?;
+    world.metric_seen(0, "0.5").await?;
+
+    merge(
+        &world,
+        json!({"metadata": {"annotations": {"autoscaling.modelsphere.dev/paused": "true"}}}),
+    )
+    .await?;
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"pause\"", 1.0)]);
+    let status = wait_passive(&world, 4, "annotation autoscaling.modelsphere.dev/paused").await?;
+    println!("paused: {}", status["paused"]);
+    no_writes_over_5_syncs(&world, 2).await?;
+    world
+        .wait_condition(
+            "chat",
+            "AbleToScale",
+            "False",
+            "would scale Deployment vllm 2 -> 4",
+            MINUTE,
+        )
+        .await?;
+
+    merge(
+        &world,
+        json!({"metadata": {"annotations": {"autoscaling.modelsphere.dev/paused": null}}}),
+    )
+    .await?;
+    world.wait_replicas("vllm", 4, MINUTE).await?;
+    ensure!(world.scaler("chat").await?["status"]["paused"].is_null());
+
+    // Every log line is one JSON object; the sync lines name the scaler.
+    let log = std::fs::read_to_string(world.operators[0].stderr_path())?;
+    let mut syncs = 0;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let object: Value = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("not a JSON line ({e}): {line}"))?;
+        if object["message"] == "sync" {
+            ensure!(
+                object["namespace"] == world.namespace() && object["name"] == "chat",
+                "{line}"
+            );
+            syncs += 1;
+        }
+    }
+    ensure!(syncs > 5, "only {syncs} sync lines in\n{log}");
+    world.finish().await
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn an_advisory_scaler_reports_without_writing_and_resumes_without_a_jump()
+-> anyhow::Result<()> {
+    let mut world = World::new("ctl-advisory").await?;
+    world
+        .queue_scaled_deployment(
+            2,
+            "advisory",
+            0.5,
+            (1, 10),
+            json!({"mode": "Advisory", "scaleDown": {"stabilizationWindowSeconds": 30}}),
+        )
+        .await?;
+    world.start_operator("advisory-0", &[]).await?;
+    world.metric_seen(0, "0.5").await?;
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"advisory\"", 2.0)]);
+    wait_passive(&world, 8, "spec.mode: Advisory").await?;
+    no_writes_over_5_syncs(&world, 2).await?;
+    // Advice is published as an Event when it changes.
+    wait_for("an AdvisoryMode Event", MINUTE, || async {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(world.client.clone(), world.namespace());
+        let list = events.list(&Default::default()).await?;
+        Ok(
+            match list
+                .items
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("AdvisoryMode"))
+            {
+                Some(e) => Check::Done(e.note.clone().unwrap_or_default()),
+                None => Check::NotYet(format!("{} events", list.items.len())),
+            },
+        )
+    })
+    .await?;
+
+    // While still advisory the load drops: the advice would go down to 1. Back to Active with
+    // the load at 0.5 per replica: the fleet stays at 2 (resumes from the current replicas; the
+    // window starts afresh, so nothing recommended while advisory makes it jump).
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"advisory\"", 0.5)]);
+    wait_passive(&world, 2, "spec.mode: Advisory").await?;
+    let recorder = world.record("vllm").await?;
+    merge(&world, json!({"spec": {"mode": "Active"}})).await?;
+    wait_for("status without paused", MINUTE, || async {
+        let status = world.scaler("chat").await?["status"].clone();
+        Ok(if status["paused"].is_null() {
+            Check::Done(())
+        } else {
+            Check::NotYet(status.to_string())
+        })
+    })
+    .await?;
+    world.wait_syncs(0, 3).await?;
+    let walk = recorder.replica_walk()?;
+    ensure!(walk == [2], "resumed with a jump: {walk:?}");
+    // And it acts again: more load scales up at once.
+    world
+        .exporter
+        .set_gauge("llm_queue", &[("scaler=\"advisory\"", 1.0)]);
+    world.wait_replicas("vllm", 4, MINUTE).await?;
+    world.finish().await
+}
