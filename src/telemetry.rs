@@ -61,40 +61,92 @@ pub struct WriteLabels {
     pub kind: String,
 }
 
-/// Every series the operator exports, as `(name without the llmscaler_ prefix, help, labels)`:
-/// the one list the registry, the README and `docs/metrics.md` follow (a test checks the docs).
-pub const EXPORTED: &[(&str, &str, &str)] = &[
-    (
-        "current_replicas",
-        "Ready replicas of the target at the last sync",
-        "namespace, name",
-    ),
-    (
-        "desired_replicas",
-        "status.desiredReplicas: clamped and stabilized recommendation",
-        "namespace, name",
-    ),
-    (
-        "recommended_replicas",
-        "Largest per-metric recommendation before clamping",
-        "namespace, name",
-    ),
-    (
-        "metric_value",
-        "Last value read per metric",
-        "namespace, name, metric",
-    ),
-    (
-        "metric_errors",
-        "Metric read failures by kind",
-        "namespace, name, metric, kind",
-    ),
-    ("writes", "API writes by kind", "namespace, name, kind"),
-    (
-        "reconcile_duration_seconds",
-        "Duration of one reconcile, seconds",
-        "",
-    ),
+/// What kind of series a metric is (its exposition suffixes follow from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricKind {
+    /// One value per label set.
+    Gauge,
+    /// Exposed with the `_total` suffix.
+    Counter,
+    /// Exposed as `_bucket`, `_sum` and `_count`.
+    Histogram,
+}
+
+impl MetricKind {
+    /// The suffixes of the exposed series (`""` for the bare name).
+    pub fn suffixes(self) -> &'static [&'static str] {
+        match self {
+            MetricKind::Gauge => &[""],
+            MetricKind::Counter => &["_total"],
+            MetricKind::Histogram => &["_bucket", "_sum", "_count"],
+        }
+    }
+}
+
+/// One series family the operator exports.
+#[derive(Clone, Copy, Debug)]
+pub struct Exported {
+    /// The name without the `llmscaler_` prefix (and without a counter's `_total`).
+    pub name: &'static str,
+    /// The HELP text.
+    pub help: &'static str,
+    /// The labels, comma-separated.
+    pub labels: &'static str,
+    /// Gauge, counter or histogram.
+    pub kind: MetricKind,
+}
+
+/// Every series the operator exports: the one list the registry, the README, `docs/metrics.md`
+/// and the chart's dashboard follow (tests check the docs and the dashboard).
+pub const EXPORTED: &[Exported] = &[
+    Exported {
+        name: "current_replicas",
+        help: "Ready replicas of the target at the last sync",
+        labels: "namespace, name",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "desired_replicas",
+        help: "status.desiredReplicas: clamped and stabilized recommendation",
+        labels: "namespace, name",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "recommended_replicas",
+        help: "Largest per-metric recommendation before clamping",
+        labels: "namespace, name",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "metric_value",
+        help: "Last value read per metric",
+        labels: "namespace, name, metric",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "metric_target",
+        help: "Target value per replica of each metric (spec.metrics[].target)",
+        labels: "namespace, name, metric",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "metric_errors",
+        help: "Metric read failures by kind",
+        labels: "namespace, name, metric, kind",
+        kind: MetricKind::Counter,
+    },
+    Exported {
+        name: "writes",
+        help: "API writes by kind",
+        labels: "namespace, name, kind",
+        kind: MetricKind::Counter,
+    },
+    Exported {
+        name: "reconcile_duration_seconds",
+        help: "Duration of one reconcile, seconds",
+        labels: "",
+        kind: MetricKind::Histogram,
+    },
 ];
 
 /// Every series the operator exports ([`EXPORTED`]).
@@ -108,6 +160,8 @@ pub struct Metrics {
     pub recommended_replicas: Family<ScalerLabels, Gauge>,
     /// Last value read per metric.
     pub metric_value: Family<MetricLabels, Gauge<f64, AtomicU64>>,
+    /// Target per replica of each metric.
+    pub metric_target: Family<MetricLabels, Gauge<f64, AtomicU64>>,
     /// Metric read failures by kind.
     pub metric_errors: Family<ErrorLabels, Counter>,
     /// API writes by kind.
@@ -142,14 +196,15 @@ impl Metrics {
         let desired_replicas = Family::default();
         let recommended_replicas = Family::default();
         let metric_value = Family::default();
+        let metric_target = Family::default();
         let metric_errors = Family::default();
         let writes = Family::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
         let help = |name: &str| {
             EXPORTED
                 .iter()
-                .find(|(n, _, _)| *n == name)
-                .map_or("", |(_, help, _)| *help)
+                .find(|e| e.name == name)
+                .map_or("", |e| e.help)
         };
         registry.register(
             "current_replicas",
@@ -168,6 +223,11 @@ impl Metrics {
         );
         registry.register("metric_value", help("metric_value"), metric_value.clone());
         registry.register(
+            "metric_target",
+            help("metric_target"),
+            metric_target.clone(),
+        );
+        registry.register(
             "metric_errors",
             help("metric_errors"),
             metric_errors.clone(),
@@ -184,6 +244,7 @@ impl Metrics {
             desired_replicas,
             recommended_replicas,
             metric_value,
+            metric_target,
             metric_errors,
             writes,
             reconcile_duration,
@@ -246,6 +307,20 @@ impl Metrics {
             .set(value);
     }
 
+    /// Sets the target per replica of `metric`.
+    pub fn set_metric_target(&self, namespace: &str, name: &str, metric: &str, target: f64) {
+        self.note(namespace, name, |c| {
+            c.metrics.insert(metric.to_owned());
+        });
+        self.metric_target
+            .get_or_create(&MetricLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                metric: metric.to_owned(),
+            })
+            .set(target);
+    }
+
     /// Counts one failed read of `metric`, by error `kind`.
     pub fn count_metric_error(&self, namespace: &str, name: &str, metric: &str, kind: &str) {
         self.note(namespace, name, |c| {
@@ -306,11 +381,13 @@ impl Metrics {
             + usize::from(self.desired_replicas.remove(&scaler))
             + usize::from(self.recommended_replicas.remove(&scaler));
         for metric in created.metrics {
-            removed += usize::from(self.metric_value.remove(&MetricLabels {
+            let labels = MetricLabels {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
                 metric,
-            }));
+            };
+            removed += usize::from(self.metric_value.remove(&labels))
+                + usize::from(self.metric_target.remove(&labels));
         }
         for (metric, kind) in created.errors {
             removed += usize::from(self.metric_errors.remove(&ErrorLabels {
@@ -410,6 +487,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.set_replicas("ns", "a", 1, 1, Some(1));
         metrics.set_metric_value("ns", "a", "m", 1.0);
+        metrics.set_metric_target("ns", "a", "m", 2.0);
         metrics.count_metric_error("ns", "a", "m", "no_data");
         metrics.count_write("ns", "a", "status");
         let text = metrics.encode().expect("encodes");
@@ -419,7 +497,7 @@ mod tests {
                 .next()
                 .unwrap_or_default();
             assert!(
-                EXPORTED.iter().any(|(n, _, _)| *n == name),
+                EXPORTED.iter().any(|e| e.name == name),
                 "{name} is not in EXPORTED"
             );
         }

@@ -71,8 +71,8 @@ fn metrics_page_and_readme_list_every_exported_metric() {
         .filter(|c| c.starts_with("llmscaler_"))
         .collect();
     let mut exported = BTreeSet::new();
-    for (name, _, _) in EXPORTED {
-        let full = format!("llmscaler_{name}");
+    for exported_metric in EXPORTED {
+        let full = format!("llmscaler_{}", exported_metric.name);
         let documented = rows
             .iter()
             .find(|r| **r == full || **r == format!("{full}_total"))

@@ -100,6 +100,11 @@ pub fn record_readings(
     (namespace, name): (&str, &str),
     readings: &Readings,
 ) {
+    for (i, metric) in spec.metrics().iter().enumerate() {
+        if let Ok(target) = llmscaler_api::parse_target(&metric.target) {
+            telemetry.set_metric_target(namespace, name, &metric.display_name(i), target);
+        }
+    }
     match readings {
         Readings::Metrics(values) => {
             for (i, value) in values.iter().enumerate() {
