@@ -189,3 +189,118 @@ async fn an_advisory_scaler_reports_without_writing_and_resumes_without_a_jump()
     world.wait_replicas("vllm", 4, MINUTE).await?;
     world.finish().await
 }
+
+/// Runs `llmscaler probe --name NAME -n NAMESPACE` with the test's kubeconfig; returns the exit
+/// code and stdout.
+fn probe_name(world: &World, name: &str) -> anyhow::Result<(i32, String)> {
+    let output = std::process::Command::new(llmscaler_e2e::operator::binary())
+        .args(["probe", "--name", name, "-n", world.namespace()])
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(output.status.code().is_some(), "probe was killed: {stderr}");
+    println!("--- probe --name {name}\n{stdout}{stderr}");
+    Ok((output.status.code().unwrap_or(-1), stdout))
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn probe_name_explains_a_held_a_clamped_and_a_window_held_scaler() -> anyhow::Result<()> {
+    use llmscaler_e2e::fixture::{deployment_ref, queue_scaler_spec};
+    let mut world = World::new("ctl-probe").await?;
+    let url = world.prometheus.url();
+    for (name, replicas) in [("held", 2), ("clamped", 1), ("windowed", 3)] {
+        world.create_deployment(name, replicas).await?;
+        world.wait_replicas(name, replicas, MINUTE).await?;
+    }
+    world.exporter.set_gauge(
+        "llm_queue",
+        &[("scaler=\"clamped\"", 5.0), ("scaler=\"windowed\"", 0.5)],
+    );
+    let scaler = |name: &str, tag: &str, bounds, extra| {
+        queue_scaler_spec(&url, deployment_ref(name), tag, bounds, extra)
+    };
+    world
+        .create_scaler("held", scaler("held", "missing", (1, 10), json!({})))
+        .await?;
+    world
+        .create_scaler("clamped", scaler("clamped", "clamped", (1, 2), json!({})))
+        .await?;
+    world
+        .create_scaler(
+            "windowed",
+            scaler(
+                "windowed",
+                "windowed",
+                (1, 10),
+                json!({"scaleDown": {"stabilizationWindowSeconds": 300}}),
+            ),
+        )
+        .await?;
+    world.start_operator("probe-0", &[]).await?;
+    world.wait_replicas("clamped", 2, MINUTE).await?;
+    wait_for("the window's history in status", MINUTE, || async {
+        let status = world.scaler("windowed").await?["status"].clone();
+        Ok(
+            if status["recommendations"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+            {
+                Check::Done(())
+            } else {
+                Check::NotYet(status.to_string())
+            },
+        )
+    })
+    .await?;
+    // set_gauge replaces the family: keep the clamped scaler's series.
+    world.exporter.set_gauge(
+        "llm_queue",
+        &[("scaler=\"clamped\"", 5.0), ("scaler=\"windowed\"", 0.0)],
+    );
+    wait_for("the exporter's 0 to reach Prometheus", MINUTE, || async {
+        let (_, out) = probe_name(&world, "windowed")?;
+        Ok(if out.contains("value 0 target 0.5") {
+            Check::Done(())
+        } else {
+            Check::NotYet(out)
+        })
+    })
+    .await?;
+
+    let (code, held) = probe_name(&world, "held")?;
+    ensure!(code == 3, "held: exit {code}");
+    ensure!(held.contains("skipped, never read as 0"), "{held}");
+    ensure!(
+        held.contains("nothing measurable: hold at spec.replicas 2"),
+        "{held}"
+    );
+    ensure!(
+        held.contains("=> spec.replicas stays 2 (MetricsUnavailable)"),
+        "{held}"
+    );
+
+    let (code, clamped) = probe_name(&world, "clamped")?;
+    ensure!(code == 0, "clamped: exit {code}");
+    ensure!(
+        clamped.contains("clamp to [1, 2]: 2 (lowered to the ceiling 2)"),
+        "{clamped}"
+    );
+    ensure!(clamped.contains("=> spec.replicas stays 2"), "{clamped}");
+
+    let (code, windowed) = probe_name(&world, "windowed")?;
+    ensure!(code == 0, "windowed: exit {code}");
+    ensure!(
+        windowed.contains("stabilization window 300 s: maximum 3 holds until"),
+        "{windowed}"
+    );
+    ensure!(
+        windowed.contains("=> spec.replicas stays 3 (ScaleDownStabilized)"),
+        "{windowed}"
+    );
+    ensure!(windowed.contains("next: a scale-down at"), "{windowed}");
+
+    let (code, _) = probe_name(&world, "no-such-scaler")?;
+    ensure!(code == 1, "a missing scaler: exit {code}");
+    world.finish().await
+}

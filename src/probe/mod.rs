@@ -6,6 +6,9 @@
 //! ([`crate::engine::recommend`], [`crate::engine::Policy::clamp`], spec §2 steps 3–4);
 //! stabilization and the step cap need history and are not applied.
 
+pub mod explain;
+pub mod live;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,8 +43,15 @@ pub enum OutputFormat {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ProbeArgs {
     /// LLMScaler manifest (YAML or JSON), defaulted and validated like an apply.
+    #[arg(long, required_unless_present = "name", conflicts_with = "name")]
+    pub scaler: Option<PathBuf>,
+    /// Explain a live LLMScaler of the cluster (kubeconfig or in-cluster credentials): its
+    /// target, every metric read now, and the engine's steps in order.
     #[arg(long)]
-    pub scaler: PathBuf,
+    pub name: Option<String>,
+    /// The namespace of `--name`.
+    #[arg(short = 'n', long, default_value = "default", requires = "name")]
+    pub namespace: String,
     /// Ready replicas to assume (the ratio's baseline); default `minReplicas`.
     #[arg(long)]
     pub ready: Option<u32>,
@@ -199,7 +209,10 @@ pub async fn evaluate(
 /// spec (field-path messages on stderr), 1 other failures.
 pub fn run(args: &ProbeArgs) -> ExitCode {
     crate::process::install_crypto_provider();
-    let scaler = match load_scaler(&args.scaler) {
+    let (Some(path), None) = (&args.scaler, &args.name) else {
+        return run_live(args);
+    };
+    let scaler = match load_scaler(path) {
         Ok(scaler) => scaler,
         Err(err @ ScalerFileError::Invalid { .. }) => return fail(EXIT_INVALID, &err.to_string()),
         Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
@@ -238,6 +251,37 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
         },
     }
     ExitCode::from(report.exit_code())
+}
+
+/// `probe --name`: the live explanation; exit 0 (a decision), 3 (held), 2 (invalid stored
+/// spec), 1 (cluster or other failure).
+fn run_live(args: &ProbeArgs) -> ExitCode {
+    let Some(name) = &args.name else {
+        return fail(
+            EXIT_INVALID,
+            "give --scaler FILE or --name NAME [-n NAMESPACE]",
+        );
+    };
+    let runtime = match crate::process::runtime() {
+        Ok(rt) => rt,
+        Err(err) => return fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")),
+    };
+    let client = match MetricsClient::new() {
+        Ok(client) => client,
+        Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
+    };
+    match runtime.block_on(live::explain_live(name, &args.namespace, &client)) {
+        Ok((_, explanation)) => {
+            print!("LLMScaler {}/{name}\n{}", args.namespace, explanation.text);
+            ExitCode::from(if explanation.held {
+                EXIT_HOLD
+            } else {
+                EXIT_RECOMMENDATION
+            })
+        }
+        Err(err @ live::LiveError::Invalid(_)) => fail(EXIT_INVALID, &err.to_string()),
+        Err(err) => fail(EXIT_FAILURE, &err.to_string()),
+    }
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
