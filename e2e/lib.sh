@@ -44,6 +44,22 @@ log() {
   echo "[$(date -u +%H:%M:%S)] $*" >&2
 }
 
+# progress_wait PID WHAT EXPECTED: waits for background job PID, printing
+# "still WHAT: 1m30s elapsed (expected EXPECTED)" every LLMSCALER_PROGRESS_SECONDS (default 30)
+# so long work never sits silent; returns the job's exit status.
+progress_wait() {
+  local pid="$1" what="$2" expected="$3" start=$SECONDS every="${LLMSCALER_PROGRESS_SECONDS:-30}" i
+  while jobs -rp | grep -qx "$pid"; do
+    for ((i = 0; i < every; i++)); do
+      jobs -rp | grep -qx "$pid" || break 2
+      sleep 1
+    done
+    local elapsed=$((SECONDS - start))
+    log "still $what: $((elapsed / 60))m$((elapsed % 60))s elapsed (expected $expected)"
+  done
+  wait "$pid"
+}
+
 # show_log_tail FILE: under CI, nobody can open a log file after the run, so print its end.
 show_log_tail() {
   if [[ "${CI:-}" == "true" && -f "$1" ]]; then
