@@ -16,6 +16,23 @@ use serde_json::json;
 const MINUTE: Duration = Duration::from_secs(60);
 const LEASE: &str = "llmscaler-leader";
 
+/// Makes `thief` the Lease holder, renewed at `renewed` for `seconds`.
+async fn take_lease(leases: &Api<Lease>, renewed: Timestamp, seconds: i32) -> anyhow::Result<()> {
+    let at = MicroTime(renewed);
+    leases
+        .patch(
+            LEASE,
+            &PatchParams::apply("e2e-thief").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "spec": {"holderIdentity": "thief", "leaseDurationSeconds": seconds,
+                         "acquireTime": at, "renewTime": at}
+            })),
+        )
+        .await?;
+    Ok(())
+}
+
 async fn lease_holder(world: &World) -> anyhow::Result<Option<String>> {
     let leases: Api<Lease> = Api::namespaced(world.client.clone(), world.namespace());
     Ok(leases
@@ -40,19 +57,8 @@ async fn a_taken_lease_stops_writes_at_once_and_leading_again_resumes() -> anyho
 
     // Another holder takes the Lease for an hour (as a second install or a human would).
     let leases: Api<Lease> = Api::namespaced(world.client.clone(), world.namespace());
-    let now = MicroTime(Timestamp::now());
     let taken_at = Instant::now();
-    leases
-        .patch(
-            LEASE,
-            &PatchParams::apply("e2e-thief").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "spec": {"holderIdentity": "thief", "leaseDurationSeconds": 3600,
-                         "acquireTime": now, "renewTime": now}
-            })),
-        )
-        .await?;
+    take_lease(&leases, Timestamp::now(), 3600).await?;
     wait_for(
         "the operator to notice it lost the lease",
         MINUTE,
@@ -95,18 +101,7 @@ async fn a_taken_lease_stops_writes_at_once_and_leading_again_resumes() -> anyho
     // The thief's Lease expires (an hour-old renewal of a 1 s lease): the operator leads again
     // and acts on the load it sees now. (A deleted Lease is not re-created by the lease manager:
     // see the session note.)
-    let long_ago = MicroTime(Timestamp::now() - std::time::Duration::from_secs(3600));
-    leases
-        .patch(
-            LEASE,
-            &PatchParams::apply("e2e-thief").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "spec": {"holderIdentity": "thief", "leaseDurationSeconds": 1,
-                         "acquireTime": long_ago, "renewTime": long_ago}
-            })),
-        )
-        .await?;
+    take_lease(&leases, Timestamp::now() - Duration::from_secs(3600), 1).await?;
     if let Err(err) = world.wait_replicas("vllm", 1, MINUTE).await {
         anyhow::bail!("{err}\n{}", world.operator_logs());
     }

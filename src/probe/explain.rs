@@ -71,6 +71,103 @@ pub fn explain<E: Clone + Display>(
         "1. readings (baseline max(ready, 1) = {}):",
         observed.ready_replicas.max(1)
     );
+    let skipped = readings_step(&mut out, spec, &decision);
+    let held = decision.recommendation.is_none();
+    let raw = decision.recommendation.unwrap_or(spec_replicas);
+    if held {
+        let _ = writeln!(
+            out,
+            "2. recommendation: nothing measurable: hold at spec.replicas {spec_replicas}"
+        );
+    } else {
+        let _ = writeln!(out, "2. recommendation: {raw} (the largest)");
+    }
+
+    let clamped = clamp_step(&mut out, &policy, &active, raw);
+    let window_end = window_step(
+        &mut out,
+        &policy,
+        history,
+        clamped,
+        decision.desired,
+        now_ms,
+    );
+    caps_step(&mut out, &policy, &decision, spec_replicas);
+    result_step(&mut out, &decision, observed);
+    let _ = writeln!(
+        out,
+        "next: {}",
+        next_change(spec, &decision, held, window_end, now)
+    );
+    Explanation {
+        text: out,
+        held,
+        skipped,
+        replicas: decision.replicas,
+        reason: decision.reason,
+    }
+}
+
+/// Step 3: the clamp to the bounds in force (with the active schedules). Returns the clamped
+/// recommendation.
+fn clamp_step(out: &mut String, policy: &Policy, active: &[String], raw: i32) -> i32 {
+    let (clamped, limited) = policy.clamp(raw);
+    let schedules = if active.is_empty() {
+        String::new()
+    } else {
+        format!(" with schedules {}", active.join(", "))
+    };
+    let clamp_text = match limited {
+        Some(Limit::Min) => format!("raised to the floor {}", policy.min_replicas),
+        Some(Limit::Max) => format!("lowered to the ceiling {}", policy.max_replicas),
+        None => "within range".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "3. clamp to [{}, {}]{schedules}: {clamped} ({clamp_text})",
+        policy.min_replicas, policy.max_replicas
+    );
+
+    clamped
+}
+
+/// Steps 5 and 6: the step cap of a scale-down and the scale-up rate cap.
+fn caps_step<E>(
+    out: &mut String,
+    policy: &Policy,
+    decision: &engine::Decision<E>,
+    spec_replicas: i32,
+) {
+    if decision.desired < spec_replicas && policy.max_step_replicas > 0 {
+        let _ = writeln!(
+            out,
+            "5. step cap {}: {}",
+            policy.max_step_replicas,
+            spec_replicas
+                .saturating_sub(policy.max_step_replicas)
+                .max(decision.desired)
+        );
+    } else {
+        let _ = writeln!(out, "5. step cap: not applied");
+    }
+    if decision.reason == Reason::ScaleUpLimited {
+        let _ = writeln!(
+            out,
+            "6. scale-up rate cap: at most {} now",
+            decision.replicas
+        );
+    } else {
+        let _ = writeln!(out, "6. scale-up rate cap: not applied");
+    }
+}
+
+/// Step 1: each metric's value, target and recommendation, or why it was skipped. Returns
+/// whether any was skipped.
+fn readings_step<E: Display>(
+    out: &mut String,
+    spec: &LLMScalerSpec,
+    decision: &engine::Decision<E>,
+) -> bool {
     let targets: Vec<&str> = spec.metrics().iter().map(|m| m.target.as_str()).collect();
     let mut skipped = false;
     for (i, m) in decision.metrics.iter().enumerate() {
@@ -95,63 +192,12 @@ pub fn explain<E: Clone + Display>(
             }
         }
     }
-    let held = decision.recommendation.is_none();
-    let raw = decision.recommendation.unwrap_or(spec_replicas);
-    if held {
-        let _ = writeln!(
-            out,
-            "2. recommendation: nothing measurable: hold at spec.replicas {spec_replicas}"
-        );
-    } else {
-        let _ = writeln!(out, "2. recommendation: {raw} (the largest)");
-    }
+    skipped
+}
 
-    let (clamped, limited) = policy.clamp(raw);
-    let schedules = if active.is_empty() {
-        String::new()
-    } else {
-        format!(" with schedules {}", active.join(", "))
-    };
-    let clamp_text = match limited {
-        Some(Limit::Min) => format!("raised to the floor {}", policy.min_replicas),
-        Some(Limit::Max) => format!("lowered to the ceiling {}", policy.max_replicas),
-        None => "within range".to_owned(),
-    };
-    let _ = writeln!(
-        out,
-        "3. clamp to [{}, {}]{schedules}: {clamped} ({clamp_text})",
-        policy.min_replicas, policy.max_replicas
-    );
-
-    let window_end = window_step(
-        &mut out,
-        &policy,
-        history,
-        clamped,
-        decision.desired,
-        now_ms,
-    );
-    if decision.desired < spec_replicas && policy.max_step_replicas > 0 {
-        let _ = writeln!(
-            out,
-            "5. step cap {}: {}",
-            policy.max_step_replicas,
-            spec_replicas
-                .saturating_sub(policy.max_step_replicas)
-                .max(decision.desired)
-        );
-    } else {
-        let _ = writeln!(out, "5. step cap: not applied");
-    }
-    if decision.reason == Reason::ScaleUpLimited {
-        let _ = writeln!(
-            out,
-            "6. scale-up rate cap: at most {} now",
-            decision.replicas
-        );
-    } else {
-        let _ = writeln!(out, "6. scale-up rate cap: not applied");
-    }
+/// Step 7 and the result: what the guards deferred and what the operator writes.
+fn result_step<E>(out: &mut String, decision: &engine::Decision<E>, observed: Observation) {
+    let spec_replicas = observed.spec_replicas;
     let guard = match decision.reason {
         Reason::RolloutInProgress => {
             "a Deployment rollout is in progress: the change waits".to_owned()
@@ -176,18 +222,6 @@ pub fn explain<E: Clone + Display>(
         )
     };
     let _ = writeln!(out, "=> {result}");
-    let _ = writeln!(
-        out,
-        "next: {}",
-        next_change(spec, &decision, held, window_end, now)
-    );
-    Explanation {
-        text: out,
-        held,
-        skipped,
-        replicas: decision.replicas,
-        reason: decision.reason,
-    }
 }
 
 /// Step 4; returns when the window's maximum above `clamped` expires, if it holds the fleet.

@@ -225,13 +225,9 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
             Err(_) => return fail(EXIT_INVALID, "--ready is larger than an int32"),
         },
     };
-    let runtime = match crate::process::runtime() {
-        Ok(rt) => rt,
-        Err(err) => return fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")),
-    };
-    let client = match MetricsClient::new() {
-        Ok(client) => client,
-        Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
+    let (runtime, client) = match runtime_and_client() {
+        Ok(both) => both,
+        Err(code) => return code,
     };
     let report = match runtime.block_on(evaluate(&spec, ready, &client)) {
         Ok(report) => report,
@@ -262,13 +258,9 @@ fn run_live(args: &ProbeArgs) -> ExitCode {
             "give --scaler FILE or --name NAME [-n NAMESPACE]",
         );
     };
-    let runtime = match crate::process::runtime() {
-        Ok(rt) => rt,
-        Err(err) => return fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")),
-    };
-    let client = match MetricsClient::new() {
-        Ok(client) => client,
-        Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
+    let (runtime, client) = match runtime_and_client() {
+        Ok(both) => both,
+        Err(code) => return code,
     };
     match runtime.block_on(live::explain_live(name, &args.namespace, &client)) {
         Ok((_, explanation)) => {
@@ -282,6 +274,14 @@ fn run_live(args: &ProbeArgs) -> ExitCode {
         Err(err @ live::LiveError::Invalid(_)) => fail(EXIT_INVALID, &err.to_string()),
         Err(err) => fail(EXIT_FAILURE, &err.to_string()),
     }
+}
+
+/// The runtime and the metrics HTTP client of one probe, or the exit status of their failure.
+fn runtime_and_client() -> Result<(tokio::runtime::Runtime, MetricsClient), ExitCode> {
+    let runtime = crate::process::runtime()
+        .map_err(|err| fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")))?;
+    let client = MetricsClient::new().map_err(|err| fail(EXIT_FAILURE, &err.to_string()))?;
+    Ok((runtime, client))
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
