@@ -57,6 +57,7 @@ mod tests {
             scale_down: None,
             scale_up: None,
             mode: None,
+            activation: None,
             schedules: None,
             preemption: None,
         }

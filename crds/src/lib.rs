@@ -14,7 +14,8 @@ use kube::CustomResourceExt;
 pub use defaults::apply_defaults;
 pub use types::*;
 pub use validation::{
-    FieldError, ValidationErrors, check_spec, parse_target, parse_tolerance, validate_spec,
+    FieldError, ValidationErrors, check_spec, parse_target, parse_threshold, parse_tolerance,
+    validate_spec,
 };
 
 /// The CustomResourceDefinition of [`LLMScaler`] as YAML, exactly as committed in
@@ -44,6 +45,11 @@ pub fn spec_warnings(spec: &LLMScalerSpec) -> Vec<String> {
                     "spec.metrics[{i}].query has no aggregation at its top; it must return exactly one series (wrap it in avg(...) or sum(...))"
                 ));
             }
+        }
+        if spec.min_replicas == 0 && spec.max_replicas > 0 && spec.activation.is_none() {
+            warnings.push(
+                "spec.minReplicas is 0 without spec.activation: at zero pods the per-pod metrics have no series, every metric is skipped and the fleet is held at zero; it may never wake. Add spec.activation with a query on a series that exists without pods (a gateway's queue or request rate)".to_string(),
+            );
         }
     }
     warnings

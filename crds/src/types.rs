@@ -133,6 +133,12 @@ pub struct LLMScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ScalerMode>,
 
+    /// Wakes a fleet at zero replicas: while `spec.replicas` is 0, a PromQL query on a series that
+    /// exists without pods (a gateway's queue or request rate) is read, and a value above
+    /// `threshold` scales to at least one replica. Prometheus provider only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<Activation>,
+
     /// Scheduled floors and ceilings: while a schedule is active it raises `minReplicas` and/or
     /// lowers `maxReplicas`. Overlapping schedules combine as the highest floor and the lowest
     /// ceiling.
@@ -282,6 +288,19 @@ pub enum ScalerMode {
     Active,
     /// Compute and report only; never write the target or its pods.
     Advisory,
+}
+
+/// The wake-up signal of a fleet at zero (docs/scaling.md#scale-to-zero-and-activation).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Activation {
+    /// PromQL instant query returning one series that exists while no pod runs, e.g.
+    /// `sum(gateway_queue_size{model="llama"})` or `sum(rate(gateway_requests_total[1m]))`.
+    pub query: String,
+    /// The fleet wakes when the value is greater than this quoted number (0 or more). Default
+    /// `"0"`: any queued request wakes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<String>,
 }
 
 /// A scheduled floor and/or ceiling (docs/guards.md#schedules).

@@ -92,7 +92,45 @@ pub fn validate_spec(spec: &LLMScalerSpec) -> Vec<FieldError> {
     validate_scale_down(spec, &mut errors);
     validate_scale_up(spec, &mut errors);
     validate_schedules(spec, &mut errors);
+    validate_activation(spec, &mut errors);
     errors
+}
+
+/// Parses `activation.threshold`: a plain finite number, 0 or more (unset: 0).
+///
+/// # Errors
+/// A message (without the field path) otherwise.
+pub fn parse_threshold(raw: Option<&str>) -> Result<f64, String> {
+    let Some(raw) = raw else {
+        return Ok(0.0);
+    };
+    match raw.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{raw:?} is not a number of 0 or more on the query's own scale (no % suffix)"
+        )),
+    }
+}
+
+fn validate_activation(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let Some(activation) = &spec.activation else {
+        return;
+    };
+    if spec.effective_provider() != MetricProvider::Prometheus {
+        errors.push(FieldError::new(
+            "spec.activation",
+            "only under the Prometheus provider (a decision server wakes the fleet itself with an active count above 0)",
+        ));
+    }
+    if activation.query.trim().is_empty() {
+        errors.push(FieldError::new(
+            "spec.activation.query",
+            "must not be empty",
+        ));
+    }
+    if let Err(why) = parse_threshold(activation.threshold.as_deref()) {
+        errors.push(FieldError::new("spec.activation.threshold", why));
+    }
 }
 
 /// Parses `scaleUp.tolerance`: a plain number in `[0, 1)`.
@@ -493,6 +531,7 @@ mod tests {
             scale_down: None,
             scale_up: None,
             mode: None,
+            activation: None,
             schedules: None,
             preemption: None,
         }

@@ -304,3 +304,73 @@ async fn probe_name_explains_a_held_a_clamped_and_a_window_held_scaler() -> anyh
     ensure!(code == 1, "a missing scaler: exit {code}");
     world.finish().await
 }
+
+/// The exporter serves one exposition: the per-pod queue (absent at zero pods, as vLLM's series
+/// are) and the gateway's queue, which exists without pods.
+fn serve_wake(world: &World, queue: Option<f64>, gateway: f64) {
+    let mut text =
+        format!("# TYPE gateway_queue gauge\ngateway_queue{{scaler=\"wake\"}} {gateway}\n");
+    if let Some(q) = queue {
+        text.push_str(&format!(
+            "# TYPE llm_queue gauge\nllm_queue{{scaler=\"wake\"}} {q}\n"
+        ));
+    }
+    world.exporter.set(text);
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn a_fleet_scaled_to_zero_wakes_on_the_activation_signal() -> anyhow::Result<()> {
+    let mut world = World::new("ctl-wake").await?;
+    world
+        .queue_scaled_deployment(
+            2,
+            "wake",
+            0.0,
+            (0, 5),
+            json!({"activation": {"query": "sum(gateway_queue{scaler=\"wake\"})"}}),
+        )
+        .await?;
+    // The exporter serves one exposition: the per-pod queue and the gateway's queue together.
+    let serve = |queue: Option<f64>, gateway: f64| {
+        let mut text = String::from("# TYPE gateway_queue gauge\n");
+        text.push_str(&format!("gateway_queue{{scaler=\"wake\"}} {gateway}\n"));
+        if let Some(q) = queue {
+            text.push_str(&format!(
+                "# TYPE llm_queue gauge\nllm_queue{{scaler=\"wake\"}} {q}\n"
+            ));
+        }
+        world.exporter.set(text);
+    };
+    serve(Some(0.0), 0.0);
+    let recorder = world.record("vllm").await?;
+    world.start_operator("wake-0", &[]).await?;
+    if let Err(err) = world.wait_replicas("vllm", 0, MINUTE).await {
+        anyhow::bail!(
+            "{err}\n{}\n{}",
+            world.scaler("chat").await?["status"],
+            world.operator_logs()
+        );
+    }
+    // At zero pods a vLLM fleet publishes no per-pod series: the queue metric disappears, every
+    // metric is skipped and the fleet is held at zero...
+    serve_wake(&world, None, 0.0);
+    world.wait_syncs(0, 3).await?;
+    ensure!(
+        recorder.replica_walk()? == [2, 0],
+        "{:?}",
+        recorder.replica_walk()?
+    );
+    // ...until the gateway's queue (a series that exists without pods) shows a request.
+    serve_wake(&world, None, 1.0);
+    world.wait_replicas("vllm", 1, MINUTE).await?;
+    ensure!(
+        recorder.replica_walk()? == [2, 0, 1],
+        "{:?}",
+        recorder.replica_walk()?
+    );
+    world
+        .wait_condition("chat", "ScalingLimited", "True", "activation", MINUTE)
+        .await?;
+    world.finish().await
+}

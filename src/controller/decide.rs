@@ -41,6 +41,19 @@ pub struct Plan<E> {
     pub active_schedules: Vec<String>,
     /// The bounds in force (`spec` bounds with the active schedules applied), replicas.
     pub bounds: (i32, i32),
+    /// The activation signal woke the fleet from zero at this sync.
+    pub woken: bool,
+}
+
+/// Whether the activation value wakes a fleet at zero: greater than `spec.activation.threshold`
+/// (docs/scaling.md#scale-to-zero-and-activation). A failed or missing reading never wakes and
+/// never lowers anything.
+pub fn wakes<E>(spec: &LLMScalerSpec, activation: Option<&Result<f64, E>>) -> bool {
+    let (Some(config), Some(Ok(value))) = (&spec.activation, activation) else {
+        return false;
+    };
+    llmscaler_api::parse_threshold(config.threshold.as_deref())
+        .is_ok_and(|threshold| value.is_finite() && *value > threshold)
 }
 
 /// Whether the operator writes the target (docs/guards.md#pause-and-advisory).
@@ -86,11 +99,13 @@ impl Acting {
 /// Decides one sync at `now_ms` (Unix milliseconds): the engine on the observed target and
 /// signal, then contest detection and the re-assert throttle. Updates `state` (history, contest
 /// memory). `sync_period_ms` is the scaler's sync period.
+#[allow(clippy::too_many_arguments)]
 pub fn decide<E: Clone>(
     scaler: &LLMScaler,
     spec: &LLMScalerSpec,
     target: &TargetState,
     signal: &Signal<E>,
+    wake: bool,
     state: &mut ScalerState,
     now_ms: i64,
     sync_period_ms: i64,
@@ -99,6 +114,11 @@ pub fn decide<E: Clone>(
     let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
     let active_schedules =
         engine::schedule::apply(&mut policy, &engine::schedule::compile(spec), now);
+    // At zero, the activation signal raises the floor to one replica (the ceiling still wins).
+    let woken = wake && target.spec_replicas == 0 && policy.max_replicas > 0;
+    if woken {
+        policy.min_replicas = policy.min_replicas.max(1);
+    }
     let refresh_ms = refresh_interval_ms(policy.window_ms, sync_period_ms);
     let acting = Acting::of(scaler, spec);
     let resuming =
@@ -155,6 +175,7 @@ pub fn decide<E: Clone>(
         acting,
         active_schedules,
         bounds: (policy.min_replicas, policy.max_replicas),
+        woken,
     }
 }
 

@@ -294,11 +294,15 @@ async fn decide_and_act(
     let sync_period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
 
     report::record_readings(&ctx.telemetry, spec, scaler_key, readings);
+    if let Some(activation) = &observed.activation {
+        report::record_activation(&ctx.telemetry, scaler_key, activation);
+    }
     let plan = decide::decide(
         scaler,
         spec,
         target,
         &readings.signal(spec),
+        decide::wakes(spec, observed.activation.as_ref()),
         state,
         now_ms,
         sync_period_ms,
@@ -316,7 +320,13 @@ async fn decide_and_act(
         act::publish(ctx, scaler, &[event]).await;
     }
     let ownership = decide::ownership(&plan, scaler, target, state, &write, now_ms);
-    let conditions = report::conditions(spec, target, &plan, &write, &ownership);
+    let conditions = report::conditions(
+        spec,
+        (target, observed.activation.as_ref()),
+        &plan,
+        &write,
+        &ownership,
+    );
     Outcome {
         current_replicas: Some(target.ready_replicas),
         desired_replicas: Some(decision.desired),

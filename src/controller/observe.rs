@@ -30,6 +30,9 @@ pub struct Observed {
     pub target: TargetState,
     /// The metric readings.
     pub readings: Readings,
+    /// The activation query's value, read only while the target is at zero replicas and
+    /// `spec.activation` is set.
+    pub activation: Option<Result<f64, MetricError>>,
 }
 
 /// Re-checks the (defaulted) spec, reads the target in `namespace`, and reads the metrics.
@@ -51,13 +54,21 @@ pub async fn observe(ctx: &Context, spec: &LLMScalerSpec, namespace: &str) -> Ob
             return Observation::TargetFailed(err);
         }
     };
-    let readings = match MetricSource::from_spec(&ctx.metrics_client, spec) {
-        Ok(source) => source.read(spec).await,
+    let source = match MetricSource::from_spec(&ctx.metrics_client, spec) {
+        Ok(source) => source,
         Err(err) => return Observation::SourceFailed(err),
+    };
+    let readings = source.read(spec).await;
+    let activation = match (&source, &spec.activation) {
+        (MetricSource::Prometheus(prometheus), Some(activation)) if target.spec_replicas == 0 => {
+            Some(prometheus.query(&activation.query).await)
+        }
+        _ => None,
     };
     Observation::Observed(Box::new(Observed {
         resource,
         target,
         readings,
+        activation,
     }))
 }

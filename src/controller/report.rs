@@ -142,6 +142,18 @@ pub fn skipped<E: std::fmt::Display>(decision: &Decision<E>) -> Vec<(String, Str
         .collect()
 }
 
+/// Records the activation reading of a fleet at zero as metric `activation`.
+pub fn record_activation(
+    telemetry: &Metrics,
+    (namespace, name): (&str, &str),
+    activation: &Result<f64, crate::metrics::MetricError>,
+) {
+    match activation {
+        Ok(v) => telemetry.set_metric_value(namespace, name, "activation", *v),
+        Err(err) => telemetry.count_metric_error(namespace, name, "activation", err.kind()),
+    }
+}
+
 /// Records a decision in the operator's metrics and logs the sync line.
 pub fn record_decision<E>(
     telemetry: &Metrics,
@@ -172,13 +184,23 @@ pub fn record_decision<E>(
 /// The five conditions of a decided sync (see [`conditions::derive`]).
 pub fn conditions<E: std::fmt::Display>(
     spec: &LLMScalerSpec,
-    target: &TargetState,
+    (target, activation): (
+        &TargetState,
+        Option<&Result<f64, crate::metrics::MetricError>>,
+    ),
     plan: &Plan<E>,
     write: &WriteOutcome,
     ownership: &Ownership,
 ) -> Vec<ConditionSpec> {
     let decision = &plan.decision;
-    let skipped = skipped(decision);
+    let mut skipped = skipped(decision);
+    if let Some(Err(err)) = activation {
+        skipped.push(("activation".to_owned(), err.to_string()));
+    }
+    let mut bounds_by = plan.active_schedules.clone();
+    if plan.woken {
+        bounds_by.push("activation".to_owned());
+    }
     conditions::derive(&SyncReport {
         recommendation: decision.recommendation,
         decision_reason: decision.reason,
@@ -191,7 +213,7 @@ pub fn conditions<E: std::fmt::Display>(
         write,
         ownership,
         target: (spec.target_ref.kind.as_str(), spec.target_ref.name.as_str()),
-        schedules: &plan.active_schedules,
+        schedules: &bounds_by,
         passive: match &plan.acting {
             Acting::Active => None,
             Acting::Passive { reason, by } => {

@@ -99,7 +99,7 @@ pub struct SyncReport<'a> {
     pub ownership: &'a Ownership,
     /// The target's kind and name, for messages.
     pub target: (&'a str, &'a str),
-    /// The schedules active at this sync (their floors and ceilings are in `bounds`).
+    /// What set `bounds` besides the spec: the active schedules, `activation` (docs/guards.md).
     pub schedules: &'a [String],
     /// Set when the operator computes but does not act: `Paused` or `AdvisoryMode`, and a
     /// message saying what holds it and what it would do.
@@ -255,7 +255,7 @@ fn scaling_limited(report: &SyncReport<'_>) -> ConditionSpec {
     let by_schedules = if report.schedules.is_empty() {
         String::new()
     } else {
-        format!(" (schedules in force: {})", report.schedules.join(", "))
+        format!(" (in force: {})", report.schedules.join(", "))
     };
     match report.limited {
         Some(Limit::Min) => ConditionSpec::new(

@@ -97,6 +97,7 @@ fn claims_once_on_first_contact_then_only_when_due() {
             &spec,
             &target(3, owners),
             &signal(value),
+            false,
             &mut state,
             clock.now().as_millisecond(),
             PERIOD_MS,
@@ -119,6 +120,7 @@ fn a_contest_is_detected_reasserted_once_per_period_and_remembered() {
         &spec,
         &taken,
         &signal(Some(6.0)),
+        false,
         &mut state,
         now,
         PERIOD_MS,
@@ -150,6 +152,7 @@ fn a_contest_is_detected_reasserted_once_per_period_and_remembered() {
         &spec,
         &again,
         &signal(Some(2.0)),
+        false,
         &mut state,
         now,
         PERIOD_MS,
@@ -167,6 +170,7 @@ fn a_contest_is_detected_reasserted_once_per_period_and_remembered() {
             &spec,
             &ours,
             &signal(Some(2.0)),
+            false,
             &mut state,
             now,
             PERIOD_MS,
@@ -204,6 +208,7 @@ fn ownership_before_any_write_is_not_claimed() {
         acting: Acting::Active,
         active_schedules: Vec::new(),
         bounds: (1, 10),
+        woken: false,
     };
     let state = ScalerState::default();
     let unowned = target(2, &["helm"]);
@@ -249,6 +254,7 @@ fn the_history_comes_back_from_status_shifted_later() {
             &spec,
             &target(6, &["llmscaler"]),
             &signal(Some(0.0)),
+            false,
             &mut state,
             clock.now().as_millisecond(),
             PERIOD_MS,
@@ -273,10 +279,70 @@ fn without_a_window_old_records_are_dropped() {
         &spec,
         &target(6, &["llmscaler"]),
         &signal(Some(0.0)),
+        false,
         &mut ScalerState::default(),
         1_000,
         PERIOD_MS,
     );
     assert!(plan.history.0.records().is_empty());
     assert_eq!(plan.decision.replicas, 1, "no window: straight down");
+}
+
+#[test]
+fn the_activation_signal_wakes_a_fleet_at_zero_only() {
+    let mut scaler = scaler(None);
+    scaler.spec.min_replicas = 0;
+    scaler.spec.activation = Some(llmscaler_api::Activation {
+        query: "sum(gateway_queue)".into(),
+        threshold: Some("0.5".into()),
+    });
+    let spec = scaler.spec.clone();
+    let value = |v: f64| Some(Ok::<f64, String>(v));
+    // (activation value) -> wakes
+    assert!(wakes(&spec, value(1.0).as_ref()));
+    assert!(
+        !wakes(&spec, value(0.5).as_ref()),
+        "not above the threshold"
+    );
+    assert!(!wakes(&spec, value(f64::NAN).as_ref()));
+    assert!(!wakes(&spec, Some(&Err("timeout".to_owned()))));
+    assert!(!wakes::<String>(&spec, None));
+    // At zero with every per-pod metric empty (no pods, no series): woken to 1.
+    let plan = decide(
+        &scaler,
+        &spec,
+        &target(0, &["llmscaler"]),
+        &signal(None),
+        true,
+        &mut ScalerState::default(),
+        1_000,
+        PERIOD_MS,
+    );
+    assert!(plan.woken);
+    assert_eq!(plan.write.map(|w| (w.from, w.to)), Some((0, 1)));
+    // Not woken: held at zero.
+    let plan = decide(
+        &scaler,
+        &spec,
+        &target(0, &["llmscaler"]),
+        &signal(None),
+        false,
+        &mut ScalerState::default(),
+        1_000,
+        PERIOD_MS,
+    );
+    assert_eq!(plan.decision.replicas, 0);
+    // Above zero the activation does nothing (the metrics decide).
+    let plan = decide(
+        &scaler,
+        &spec,
+        &target(2, &["llmscaler"]),
+        &signal(Some(0.0)),
+        true,
+        &mut ScalerState::default(),
+        1_000,
+        PERIOD_MS,
+    );
+    assert!(!plan.woken);
+    assert_eq!(plan.decision.replicas, 0, "the metrics scale 2 -> 0");
 }
