@@ -133,6 +133,9 @@ names! {
         Paused,
         /// `spec.mode: Advisory`: nothing is written to the target.
         AdvisoryMode,
+        /// Another autoscaler (an HPA, or the HPA of a KEDA ScaledObject) scales the same
+        /// target: the operator holds and writes nothing, rather than a write war.
+        CompetingAutoscaler,
         /// Event: replicas raised.
         ScaledUp,
         /// Event: replicas lowered.

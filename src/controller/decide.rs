@@ -43,6 +43,17 @@ pub struct Plan<E> {
     pub bounds: (i32, i32),
     /// The activation signal woke the fleet from zero at this sync.
     pub woken: bool,
+    /// Another autoscaler on the same target (see [`Plan::hold_for`]).
+    pub competitor: Option<String>,
+}
+
+impl<E> Plan<E> {
+    /// Holds for `competitor`, another autoscaler of the same target: nothing is written
+    /// (docs/writing-replicas.md#competing-autoscalers).
+    pub fn hold_for(&mut self, competitor: String) {
+        self.write = None;
+        self.competitor = Some(competitor);
+    }
 }
 
 /// Whether the activation value wakes a fleet at zero: greater than `spec.activation.threshold`
@@ -176,6 +187,7 @@ pub fn decide<E: Clone>(
         active_schedules,
         bounds: (policy.min_replicas, policy.max_replicas),
         woken,
+        competitor: None,
     }
 }
 

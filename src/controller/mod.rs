@@ -11,6 +11,7 @@
 //! so the operator's own status writes do not re-trigger a sync.
 
 pub mod act;
+pub mod competitors;
 pub mod decide;
 pub mod history;
 pub mod leadership;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -89,6 +91,10 @@ pub struct Context {
     pub mark_deadline: Duration,
     /// Per-scaler memory.
     pub states: States,
+    /// HorizontalPodAutoscalers, cached by one watch (competing autoscalers).
+    pub hpas: Store<HorizontalPodAutoscaler>,
+    /// Feeds [`Context::hpas`]; taken by [`run`].
+    hpa_writer: std::sync::Mutex<Option<reflector::store::Writer<HorizontalPodAutoscaler>>>,
 }
 
 impl Context {
@@ -105,7 +111,10 @@ impl Context {
             controller: FIELD_MANAGER.to_owned(),
             instance,
         };
+        let (hpas, hpa_writer) = reflector::store();
         Self {
+            hpas,
+            hpa_writer: std::sync::Mutex::new(Some(hpa_writer)),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             metrics_client,
@@ -137,6 +146,7 @@ pub async fn run(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
+    let hpa_cache = watch_hpas(&ctx, namespace.as_deref());
     let (reader, writer) = reflector::store();
     let evictions = ctx.clone();
     let store = reader.clone();
@@ -155,6 +165,34 @@ pub async fn run(
             }
         })
         .await;
+    if let Some(task) = hpa_cache {
+        task.abort();
+    }
+}
+
+/// Starts the one watch that fills [`Context::hpas`] (every namespace, or `namespace`). A watch
+/// the operator may not run (no RBAC) only logs: competing autoscalers then go unseen.
+fn watch_hpas(ctx: &Context, namespace: Option<&str>) -> Option<tokio::task::JoinHandle<()>> {
+    let writer = ctx
+        .hpa_writer
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()?;
+    let api: Api<HorizontalPodAutoscaler> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    Some(tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(err) = event {
+                tracing::warn!(error = %err, "watching HorizontalPodAutoscalers failed; competing autoscalers go unseen until it recovers");
+            }
+        }
+    }))
 }
 
 /// What re-triggers a sync besides the requeue: a new `metadata.generation` (a spec change) or a
@@ -297,7 +335,7 @@ async fn decide_and_act(
     if let Some(activation) = &observed.activation {
         report::record_activation(&ctx.telemetry, scaler_key, activation);
     }
-    let plan = decide::decide(
+    let mut plan = decide::decide(
         scaler,
         spec,
         target,
@@ -307,6 +345,9 @@ async fn decide_and_act(
         now_ms,
         sync_period_ms,
     );
+    if let Some(competitor) = &observed.competitor {
+        plan.hold_for(competitor.clone());
+    }
     let decision = &plan.decision;
     report::record_decision(
         &ctx.telemetry,

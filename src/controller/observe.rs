@@ -4,8 +4,8 @@
 use kube::api::ApiResource;
 use llmscaler_api::{LLMScalerSpec, ValidationErrors, check_spec};
 
-use super::Context;
 use super::target::{self, TargetError, TargetState};
+use super::{Context, competitors};
 use crate::metrics::{MetricError, MetricSource, Readings};
 
 /// What a sync found before deciding.
@@ -33,6 +33,8 @@ pub struct Observed {
     /// The activation query's value, read only while the target is at zero replicas and
     /// `spec.activation` is set.
     pub activation: Option<Result<f64, MetricError>>,
+    /// Another autoscaler of the same target, from the shared HPA cache.
+    pub competitor: Option<String>,
 }
 
 /// Re-checks the (defaulted) spec, reads the target in `namespace`, and reads the metrics.
@@ -65,10 +67,12 @@ pub async fn observe(ctx: &Context, spec: &LLMScalerSpec, namespace: &str) -> Ob
         }
         _ => None,
     };
+    let competitor = competitors::from_store(&ctx.hpas, namespace, &spec.target_ref);
     Observation::Observed(Box::new(Observed {
         resource,
         target,
         readings,
         activation,
+        competitor,
     }))
 }

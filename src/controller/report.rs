@@ -220,6 +220,7 @@ pub fn conditions<E: std::fmt::Display>(
                 Some((*reason, passive_message(spec, target, plan, by)))
             }
         },
+        competing: plan.competitor.as_deref(),
     })
 }
 

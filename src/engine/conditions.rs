@@ -104,6 +104,8 @@ pub struct SyncReport<'a> {
     /// Set when the operator computes but does not act: `Paused` or `AdvisoryMode`, and a
     /// message saying what holds it and what it would do.
     pub passive: Option<(Reason, String)>,
+    /// Another autoscaler on the same target (named): the operator holds and writes nothing.
+    pub competing: Option<&'a str>,
 }
 
 /// The conditions of a sync that refused an invalid spec (`Ready`, `ScalingActive`,
@@ -145,6 +147,9 @@ pub fn source_failed(message: &str) -> Vec<ConditionSpec> {
 /// The five conditions of a decided sync, in the order `Ready`, `ScalingActive`, `AbleToScale`,
 /// `ScalingLimited`, `ReplicasContested`.
 pub fn derive(report: &SyncReport<'_>) -> Vec<ConditionSpec> {
+    if let Some(competitor) = report.competing {
+        return competing(report, competitor);
+    }
     let able = able_to_scale(report);
     let active = scaling_active(report);
     let ready = if let Some((reason, message)) = &report.passive {
@@ -178,6 +183,29 @@ pub fn derive(report: &SyncReport<'_>) -> Vec<ConditionSpec> {
         able,
         scaling_limited(report),
         replicas_contested(report),
+    ]
+}
+
+/// The conditions while another autoscaler scales the target: `Ready`, `AbleToScale` False and
+/// `ReplicasContested` True with reason `CompetingAutoscaler`, naming it.
+fn competing(report: &SyncReport<'_>, competitor: &str) -> Vec<ConditionSpec> {
+    let (kind, name) = report.target;
+    let message = format!(
+        "{competitor} also scales {kind} {name}: llmscaler holds and writes nothing (no write \
+         war); remove one of the two autoscalers"
+    );
+    let why = |t| ConditionSpec::new(t, false, Reason::CompetingAutoscaler, message.clone());
+    vec![
+        why(ConditionType::Ready),
+        scaling_active(report),
+        why(ConditionType::AbleToScale),
+        scaling_limited(report),
+        ConditionSpec::new(
+            ConditionType::ReplicasContested,
+            true,
+            Reason::CompetingAutoscaler,
+            message.clone(),
+        ),
     ]
 }
 
@@ -369,14 +397,17 @@ pub struct EventSpec {
 }
 
 /// The Events of condition flips: every flip, except a condition that appears for the first time
-/// in its healthy state (not news).
+/// in its healthy state (not news), and one Event per reason in one sync (`Ready` mirrors the
+/// failing condition; a competing autoscaler flips three conditions with one reason).
 pub fn flip_events(previous: &[Condition], flipped: &[ConditionSpec]) -> Vec<EventSpec> {
+    let mut seen = std::collections::BTreeSet::new();
     flipped
         .iter()
         .filter(|flip| {
             let was_absent = previous.iter().all(|c| c.type_ != flip.type_.as_str());
             !(was_absent && flip.is_healthy())
         })
+        .filter(|flip| seen.insert(flip.reason))
         .map(|flip| EventSpec {
             warning: !flip.is_healthy(),
             reason: flip.reason,

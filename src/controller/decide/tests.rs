@@ -209,6 +209,7 @@ fn ownership_before_any_write_is_not_claimed() {
         active_schedules: Vec::new(),
         bounds: (1, 10),
         woken: false,
+        competitor: None,
     };
     let state = ScalerState::default();
     let unowned = target(2, &["helm"]);

@@ -25,6 +25,7 @@ fn report<'a>(
         target: ("Deployment", "vllm"),
         schedules: &[],
         passive: None,
+        competing: None,
     }
 }
 
@@ -222,6 +223,19 @@ fn five_conditions_for_each_kind_of_sync() {
                 (false, R::MetricsUnavailable),
                 (false, R::AdvisoryMode),
                 healthy_tail(within, ours),
+            ),
+        ),
+        (
+            "an HPA scales the same target",
+            SyncReport {
+                competing: Some("HorizontalPodAutoscaler vllm"),
+                ..report(&not_needed, &contested, &none)
+            },
+            row(
+                (false, R::CompetingAutoscaler),
+                valid,
+                (false, R::CompetingAutoscaler),
+                healthy_tail(within, (true, R::CompetingAutoscaler)),
             ),
         ),
         (
