@@ -99,3 +99,41 @@ async fn an_hpa_on_the_same_deployment_makes_the_operator_hold_without_a_write_w
     ensure!(competing == 1, "{competing} CompetingAutoscaler Events");
     world.finish().await
 }
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn a_second_llmscaler_on_the_same_target_holds_naming_the_first() -> anyhow::Result<()> {
+    use llmscaler_e2e::fixture::{deployment_ref, queue_scaler_spec};
+    let mut world = World::new("ctl-two").await?;
+    world
+        .queue_scaled_deployment(2, "two", 0.5, (1, 10), json!({}))
+        .await?;
+    // Created later (as when the webhook was down): it must not fight `chat`.
+    world
+        .create_scaler(
+            "second",
+            queue_scaler_spec(
+                &world.prometheus.url(),
+                deployment_ref("vllm"),
+                "two",
+                (5, 10),
+                json!({}),
+            ),
+        )
+        .await?;
+    let recorder = world.record("vllm").await?;
+    world.start_operator("two-0", &[]).await?;
+    world
+        .wait_condition(
+            "second",
+            "ReplicasContested",
+            "True",
+            "LLMScaler chat",
+            MINUTE,
+        )
+        .await?;
+    world.wait_syncs(0, 5).await?;
+    let walk = recorder.replica_walk()?;
+    ensure!(walk == [2], "the second scaler wrote: {walk:?}");
+    world.finish().await
+}

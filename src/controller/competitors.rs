@@ -9,7 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use llmscaler_api::TargetRef;
+use llmscaler_api::{LLMScaler, TargetRef};
 
 /// The competitor of `target` in `namespace` among `hpas`, named for a condition message:
 /// `KEDA ScaledObject NAME (HorizontalPodAutoscaler HPA)` when a ScaledObject owns the HPA, else
@@ -56,18 +56,76 @@ pub fn competitor(
     found.into_iter().next()
 }
 
-/// The competitor of `target` from the shared HPA cache (empty until the watch has listed).
-pub fn from_store(
-    store: &Store<HorizontalPodAutoscaler>,
-    namespace: &str,
-    target: &TargetRef,
+/// The competitor of `scaler` from the shared caches (empty until their watches have listed):
+/// an HPA on its target, or an older LLMScaler on the same target.
+pub fn from_stores(
+    hpas: &Store<HorizontalPodAutoscaler>,
+    scalers: &Store<LLMScaler>,
+    scaler: &LLMScaler,
 ) -> Option<String> {
-    competitor(&store.state(), namespace, target)
+    let namespace = scaler.namespace().unwrap_or_default();
+    competitor(&hpas.state(), &namespace, &scaler.spec.target_ref)
+        .or_else(|| older_scaler(&scalers.state(), scaler))
+}
+
+/// The LLMScaler that owns `scaler`'s target when two point at it: the oldest (creation time,
+/// then name) acts, every other one holds naming it (admission refuses the second one; this
+/// covers a scaler created while the webhook was down).
+pub fn older_scaler(scalers: &[Arc<LLMScaler>], scaler: &LLMScaler) -> Option<String> {
+    let key = |s: &LLMScaler| {
+        (
+            s.metadata.creation_timestamp.clone().map(|t| t.0),
+            s.name_any(),
+        )
+    };
+    let target = &scaler.spec.target_ref;
+    scalers
+        .iter()
+        .filter(|other| {
+            other.namespace() == scaler.namespace()
+                && other.name_any() != scaler.name_any()
+                && other.spec.target_ref.kind == target.kind
+                && other.spec.target_ref.name == target.name
+                && key(other) < key(scaler)
+        })
+        .min_by_key(|other| key(other))
+        .map(|other| format!("LLMScaler {}", other.name_any()))
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    fn scaler(name: &str, created: &str, target: &str) -> Arc<LLMScaler> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+                "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+                "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                         "serverAddress": "http://p:9090", "minReplicas": 1, "maxReplicas": 5}
+            }))
+            .expect("scaler"),
+        )
+    }
+
+    #[test]
+    fn the_oldest_scaler_of_a_target_acts_the_others_hold() {
+        let all = [
+            scaler("a", "2026-01-01T00:00:00Z", "vllm"),
+            scaler("b", "2026-01-02T00:00:00Z", "vllm"),
+            scaler("c", "2026-01-02T00:00:00Z", "vllm"),
+            scaler("d", "2025-01-01T00:00:00Z", "other"),
+        ];
+        assert_eq!(older_scaler(&all, &all[0]), None);
+        assert_eq!(older_scaler(&all, &all[1]).as_deref(), Some("LLMScaler a"));
+        assert_eq!(older_scaler(&all, &all[2]).as_deref(), Some("LLMScaler a"));
+        assert_eq!(older_scaler(&all, &all[3]), None);
+        assert_eq!(
+            older_scaler(&all[1..3], &all[2]).as_deref(),
+            Some("LLMScaler b"),
+            "same time: by name"
+        );
+    }
 
     use super::*;
 

@@ -91,6 +91,10 @@ pub struct Context {
     pub mark_deadline: Duration,
     /// Per-scaler memory.
     pub states: States,
+    /// The LLMScalers the controller watches (another scaler on the same target competes).
+    pub scalers: Store<LLMScaler>,
+    /// Feeds [`Context::scalers`]; taken by [`run`].
+    scaler_writer: std::sync::Mutex<Option<reflector::store::Writer<LLMScaler>>>,
     /// HorizontalPodAutoscalers, cached by one watch (competing autoscalers).
     pub hpas: Store<HorizontalPodAutoscaler>,
     /// Feeds [`Context::hpas`]; taken by [`run`].
@@ -112,7 +116,10 @@ impl Context {
             instance,
         };
         let (hpas, hpa_writer) = reflector::store();
+        let (scalers, scaler_writer) = reflector::store();
         Self {
+            scalers,
+            scaler_writer: std::sync::Mutex::new(Some(scaler_writer)),
             hpas,
             hpa_writer: std::sync::Mutex::new(Some(hpa_writer)),
             recorder: Recorder::new(client.clone(), reporter),
@@ -147,7 +154,16 @@ pub async fn run(
         None => Api::all(ctx.client.clone()),
     };
     let hpa_cache = watch_hpas(&ctx, namespace.as_deref());
-    let (reader, writer) = reflector::store();
+    let Some(writer) = ctx
+        .scaler_writer
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+    else {
+        tracing::error!("a controller context runs once");
+        return;
+    };
+    let reader = ctx.scalers.clone();
     let evictions = ctx.clone();
     let store = reader.clone();
     let stream = watcher(api, watcher::Config::default())
@@ -290,7 +306,7 @@ async fn sync(
             retry,
         )
     };
-    match observe::observe(ctx, spec, &namespace).await {
+    match observe::observe(ctx, scaler, spec, &namespace).await {
         Observation::Invalid(violations) => {
             let message = violations
                 .0

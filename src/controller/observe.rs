@@ -2,7 +2,7 @@
 //! metric readings (`docs/scaling.md` steps 1–3). Reads only; nothing here writes.
 
 use kube::api::ApiResource;
-use llmscaler_api::{LLMScalerSpec, ValidationErrors, check_spec};
+use llmscaler_api::{LLMScaler, LLMScalerSpec, ValidationErrors, check_spec};
 
 use super::target::{self, TargetError, TargetState};
 use super::{Context, competitors};
@@ -38,7 +38,12 @@ pub struct Observed {
 }
 
 /// Re-checks the (defaulted) spec, reads the target in `namespace`, and reads the metrics.
-pub async fn observe(ctx: &Context, spec: &LLMScalerSpec, namespace: &str) -> Observation {
+pub async fn observe(
+    ctx: &Context,
+    scaler: &LLMScaler,
+    spec: &LLMScalerSpec,
+    namespace: &str,
+) -> Observation {
     if let Err(violations) = check_spec(spec) {
         return Observation::Invalid(violations);
     }
@@ -67,7 +72,7 @@ pub async fn observe(ctx: &Context, spec: &LLMScalerSpec, namespace: &str) -> Ob
         }
         _ => None,
     };
-    let competitor = competitors::from_store(&ctx.hpas, namespace, &spec.target_ref);
+    let competitor = competitors::from_stores(&ctx.hpas, &ctx.scalers, scaler);
     Observation::Observed(Box::new(Observed {
         resource,
         target,
