@@ -205,7 +205,7 @@ impl Operator {
             self.client.clone(),
             self.metrics_client.clone(),
             self.telemetry.clone(),
-            Some(self.identity.clone()),
+            (Some(self.identity.clone()), self.watch_namespace.clone()),
             leadership,
         ))
     }

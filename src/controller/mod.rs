@@ -19,6 +19,7 @@ pub mod observe;
 pub mod report;
 pub mod state;
 pub mod target;
+pub mod target_cache;
 pub mod victims;
 
 use std::sync::Arc;
@@ -79,6 +80,8 @@ pub struct Context {
     pub metrics_client: MetricsClient,
     /// Discovery cache of target kinds.
     pub resolver: Resolver,
+    /// Watch caches of the targets (no request per steady sync).
+    pub targets: target_cache::TargetCache,
     /// Publishes Events on LLMScalers.
     pub recorder: Recorder,
     /// The operator's own metrics.
@@ -103,18 +106,20 @@ pub struct Context {
 
 impl Context {
     /// A context on `client` for one leadership term, reporting Events as `llmscaler` /
-    /// `instance`, on the wall clock.
+    /// `instance`, on the wall clock, caching targets of `watch_namespace` (every namespace when
+    /// `None`).
     pub fn new(
         client: kube::Client,
         metrics_client: MetricsClient,
         telemetry: Arc<Metrics>,
-        instance: Option<String>,
+        (instance, watch_namespace): (Option<String>, Option<String>),
         leadership: Leadership,
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
             instance,
         };
+        let targets_client = client.clone();
         let (hpas, hpa_writer) = reflector::store();
         let (scalers, scaler_writer) = reflector::store();
         Self {
@@ -126,6 +131,7 @@ impl Context {
             client,
             metrics_client,
             resolver: Resolver::default(),
+            targets: target_cache::TargetCache::new(targets_client, watch_namespace),
             telemetry,
             clock: Arc::new(SystemClock),
             leadership,

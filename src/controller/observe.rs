@@ -52,7 +52,12 @@ pub async fn observe(
         Ok(resource) => resource,
         Err(err) => return Observation::TargetFailed(err),
     };
-    let target = match target::read(&ctx.client, &resource, namespace, target_ref).await {
+    let cached = ctx.targets.get(&resource, namespace, &target_ref.name);
+    let read = match cached {
+        Some(object) => Ok(target::state_of((*object).clone(), &target_ref.kind)),
+        None => target::read(&ctx.client, &resource, namespace, target_ref).await,
+    };
+    let target = match read {
         Ok(state) => state,
         Err(err) => {
             if err.is_not_found() {

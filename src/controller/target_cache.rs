@@ -1,0 +1,137 @@
+//! Targets from watch caches (issue 14): one reflector per target kind (discovered at run time),
+//! shared by every scaler of that kind, so a steady scaler costs no API request per sync. A kind's
+//! watch starts the first time a scaler targets it; until it has listed, and for an object it
+//! does not hold (just created), the controller falls back to a GET. After the operator's own
+//! write the cache may lag: the object the write returned stands in until the watch delivers a
+//! newer version.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::{FutureExt, StreamExt};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+/// The key of one watched kind: `apiVersion` and `kind`.
+type KindKey = (String, String);
+
+/// The key of one object: kind, namespace and name.
+type ObjectKey = (KindKey, String, String);
+
+/// The watch caches of every target kind.
+pub struct TargetCache {
+    client: kube::Client,
+    /// The namespace the controller watches (`None`: every namespace).
+    namespace: Option<String>,
+    kinds: Mutex<HashMap<KindKey, Watched>>,
+    /// After a write: the `resourceVersion` it replaced and the object it returned.
+    written: Mutex<HashMap<ObjectKey, (String, Arc<DynamicObject>)>>,
+}
+
+struct Watched {
+    store: Store<DynamicObject>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TargetCache {
+    fn drop(&mut self) {
+        for watched in self.lock_kinds().values() {
+            watched.task.abort();
+        }
+    }
+}
+
+impl TargetCache {
+    /// Caches for targets in `namespace` (every namespace when `None`), watched on `client`.
+    pub fn new(client: kube::Client, namespace: Option<String>) -> Self {
+        Self {
+            client,
+            namespace,
+            kinds: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock_kinds(&self) -> std::sync::MutexGuard<'_, HashMap<KindKey, Watched>> {
+        self.kinds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The cached object `namespace/name` of `resource`: `None` when the kind's watch has not
+    /// listed yet (it is started now) or does not hold the object (the caller then GETs it).
+    pub fn get(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        let kind_key = (resource.api_version.clone(), resource.kind.clone());
+        let store = {
+            let mut kinds = self.lock_kinds();
+            let watched = kinds
+                .entry(kind_key.clone())
+                .or_insert_with(|| self.watch(resource));
+            watched.store.clone()
+        };
+        store.wait_until_ready().now_or_never()?.ok()?;
+        let cached = store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))?;
+        let object_key = (kind_key, namespace.to_owned(), name.to_owned());
+        let mut written = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match written.get(&object_key) {
+            // The watch has not delivered our write yet: the written object is newer.
+            Some((before, after)) if cached.resource_version().as_ref() == Some(before) => {
+                Some(after.clone())
+            }
+            Some(_) => {
+                written.remove(&object_key);
+                Some(cached)
+            }
+            None => Some(cached),
+        }
+    }
+
+    /// Notes the operator's write of `after` over the version `before` (a `resourceVersion`).
+    pub fn wrote(&self, resource: &ApiResource, before: Option<String>, after: DynamicObject) {
+        let (Some(before), Some(namespace)) = (before, after.namespace()) else {
+            return;
+        };
+        let key = (
+            (resource.api_version.clone(), resource.kind.clone()),
+            namespace,
+            after.name_any(),
+        );
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, (before, Arc::new(after)));
+    }
+
+    /// Starts the watch of one kind.
+    fn watch(&self, resource: &ApiResource) -> Watched {
+        let api: Api<DynamicObject> = match &self.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let kind = resource.kind.clone();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(err) = event {
+                    tracing::warn!(kind = %kind, error = %err, "watching targets failed; syncs read them with a GET until it recovers");
+                }
+            }
+        });
+        Watched { store, task }
+    }
+}
