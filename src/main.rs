@@ -32,7 +32,8 @@ enum Command {
     /// Replay a metric trace through the decision engine and print what the scaler would do.
     Simulate(SimulateArgs),
     /// Evaluate a scaler's metrics once against its serverAddress and print what each
-    /// recommends (exit 0), or that the fleet would be held (exit 3); 2 for an invalid spec.
+    /// recommends (exit 0; 4 when a metric was skipped but the others decided), or that the
+    /// fleet would be held (exit 3); 2 for an invalid spec.
     Probe(llmscaler::probe::ProbeArgs),
     /// Run the operator: the controller behind a Lease, and the metrics endpoints.
     Run(llmscaler::run::RunArgs),
