@@ -50,7 +50,9 @@ pub struct ReleaseArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
     /// `--target` is not of a known form.
-    #[error("--target {0:?}: expected deployment/NAME, statefulset/NAME, leaderworkerset/NAME or KIND.VERSION.GROUP/NAME")]
+    #[error(
+        "--target {0:?}: expected deployment/NAME, statefulset/NAME, leaderworkerset/NAME or KIND.VERSION.GROUP/NAME"
+    )]
     Target(String),
     /// No Kubernetes credentials.
     #[error("cannot build a Kubernetes client: {0}")]
@@ -203,7 +205,7 @@ pub async fn release(
         }});
         api.patch(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-        .map_err(api_error("drop llmscaler's ownership of spec.replicas of"))?;
+            .map_err(api_error("drop llmscaler's ownership of spec.replicas of"))?;
     }
     let after = api.get(&target.name).await.map_err(api_error("get"))?;
     released.owners_left = replicas_owners(&after);
@@ -308,7 +310,9 @@ pub fn run(args: &ReleaseArgs) -> ExitCode {
                 .replicas
                 .map_or_else(|| "unset".to_owned(), |n| n.to_string());
             if released.dropped_replicas {
-                println!("{what}: spec.replicas ({replicas}) is no longer owned by {FIELD_MANAGER}");
+                println!(
+                    "{what}: spec.replicas ({replicas}) is no longer owned by {FIELD_MANAGER}"
+                );
             } else {
                 println!("{what}: {FIELD_MANAGER} did not own spec.replicas ({replicas})");
             }
@@ -350,11 +354,17 @@ mod tests {
     #[test]
     fn targets() {
         let t = parse_target("deployment/vllm").expect("deployment");
-        assert_eq!((t.api_version.as_str(), t.kind.as_str(), t.name.as_str()), ("apps/v1", "Deployment", "vllm"));
+        assert_eq!(
+            (t.api_version.as_str(), t.kind.as_str(), t.name.as_str()),
+            ("apps/v1", "Deployment", "vllm")
+        );
         let t = parse_target("sts/db").expect("sts");
         assert_eq!(t.kind, "StatefulSet");
         let t = parse_target("Foo.v1.example.com/x").expect("generic");
-        assert_eq!((t.api_version.as_str(), t.kind.as_str()), ("example.com/v1", "Foo"));
+        assert_eq!(
+            (t.api_version.as_str(), t.kind.as_str()),
+            ("example.com/v1", "Foo")
+        );
         assert!(parse_target("vllm").is_err());
         assert!(parse_target("deployment/").is_err());
         assert!(parse_target("Foo/x").is_err());

@@ -129,7 +129,8 @@ async fn probe_against_real_prometheus() {
     assert!(run.stdout.contains("desired replicas: 2"), "{}", run.stdout);
 
     // Every metric measured: exit 0.
-    let metrics = "  - name: waiting\n    query: avg(vllm:num_requests_waiting)\n    target: \"2\"\n";
+    let metrics =
+        "  - name: waiting\n    query: avg(vllm:num_requests_waiting)\n    target: \"2\"\n";
     let run = probe(
         &prometheus_manifest(&prometheus.url(), metrics),
         &["--ready", "3"],

@@ -294,7 +294,10 @@ async fn probe_name_explains_a_held_a_clamped_and_a_window_held_scaler() -> anyh
 
     let (code, clamped) = probe_name(&world, "clamped")?;
     ensure!(code == 4, "clamped with a skipped metric: exit {code}");
-    ensure!(clamped.contains("absent: skipped, never read as 0"), "{clamped}");
+    ensure!(
+        clamped.contains("absent: skipped, never read as 0"),
+        "{clamped}"
+    );
     ensure!(
         clamped.contains("clamp to [1, 2]: 2 (lowered to the ceiling 2)"),
         "{clamped}"

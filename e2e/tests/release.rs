@@ -42,9 +42,11 @@ spec:
 
 /// Whether `manager` owns `spec.replicas` in `managedFields` (JSON).
 fn owns_replicas(managed_fields: &serde_json::Value, manager: &str) -> bool {
-    managed_fields.as_array().into_iter().flatten().any(|e| {
-        e["manager"] == manager && !e["fieldsV1"]["f:spec"]["f:replicas"].is_null()
-    })
+    managed_fields
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e["manager"] == manager && !e["fieldsV1"]["f:spec"]["f:replicas"].is_null())
 }
 
 /// Pods of app `vllm` carrying a `pod-deletion-cost` annotation owned by `llmscaler`.
@@ -162,7 +164,9 @@ async fn release_hands_replicas_and_marks_back_and_helm_then_applies_without_con
     );
     wait_for("Prometheus to hold pod_cost for 3 pods", MINUTE, || async {
         let body: serde_json::Value = reqwest::get(&url).await?.json().await?;
-        let count = body["data"]["result"][0]["value"][1].as_str().map(str::to_owned);
+        let count = body["data"]["result"][0]["value"][1]
+            .as_str()
+            .map(str::to_owned);
         Ok(if count.as_deref() == Some("3") {
             Check::Done(())
         } else {
@@ -175,14 +179,18 @@ async fn release_hands_replicas_and_marks_back_and_helm_then_applies_without_con
         .exporter
         .set_gauge("llm_queue", &[("scaler=\"release\"", 0.3)]);
     world.wait_replicas("vllm", 2, MINUTE).await?;
-    let marked = wait_for("llmscaler's marks on the surviving pods", MINUTE, || async {
-        let marked = marked_pods(&pods).await?;
-        Ok(if marked.len() == 2 {
-            Check::Done(marked)
-        } else {
-            Check::NotYet(format!("{marked:?}"))
-        })
-    })
+    let marked = wait_for(
+        "llmscaler's marks on the surviving pods",
+        MINUTE,
+        || async {
+            let marked = marked_pods(&pods).await?;
+            Ok(if marked.len() == 2 {
+                Check::Done(marked)
+            } else {
+                Check::NotYet(format!("{marked:?}"))
+            })
+        },
+    )
     .await?;
     println!("marked pods: {marked:?}");
     let deployments: Api<Deployment> = Api::namespaced(world.client.clone(), &ns);
@@ -226,7 +234,10 @@ async fn release_hands_replicas_and_marks_back_and_helm_then_applies_without_con
     // A second release finds nothing to do.
     let (code, text) = release(&ns)?;
     ensure!(code == 0, "second release: exit {code}");
-    ensure!(text.contains("llmscaler did not own spec.replicas (2)"), "{text}");
+    ensure!(
+        text.contains("llmscaler did not own spec.replicas (2)"),
+        "{text}"
+    );
 
     // Helm 4 now applies replicas without --force and without conflict.
     upgrade("3")?;

@@ -131,7 +131,10 @@ fn scale_up_policies(list: &Value, path: &str, findings: &mut Findings) -> Vec<S
             Some("Pods") => ScaleUpPolicyType::Pods,
             Some("Percent") => ScaleUpPolicyType::Percent,
             other => {
-                findings.refuse(format!("{p}.type"), format!("{other:?} is not Pods or Percent"));
+                findings.refuse(
+                    format!("{p}.type"),
+                    format!("{other:?} is not Pods or Percent"),
+                );
                 continue;
             }
         };
@@ -180,7 +183,10 @@ fn scale_down_step(
                      {sync_period_seconds})"
                 ),
             ),
-            other => findings.refuse(format!("{p}.type"), format!("{other:?} is not Pods or Percent")),
+            other => findings.refuse(
+                format!("{p}.type"),
+                format!("{other:?} is not Pods or Percent"),
+            ),
         }
     }
     let steps = || {

@@ -24,7 +24,11 @@ enum Semantics {
 
 /// Converts one HorizontalPodAutoscaler.
 pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft {
-    findings.unknown_keys(doc, "", &["apiVersion", "kind", "metadata", "spec", "status"]);
+    findings.unknown_keys(
+        doc,
+        "",
+        &["apiVersion", "kind", "metadata", "spec", "status"],
+    );
     if doc["apiVersion"].as_str() != Some("autoscaling/v2") {
         findings.refuse(
             "apiVersion",
@@ -40,7 +44,13 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
     findings.unknown_keys(
         spec,
         "spec",
-        &["scaleTargetRef", "minReplicas", "maxReplicas", "metrics", "behavior"],
+        &[
+            "scaleTargetRef",
+            "minReplicas",
+            "maxReplicas",
+            "metrics",
+            "behavior",
+        ],
     );
     let target_ref = super::target_ref(&spec["scaleTargetRef"], "spec.scaleTargetRef", findings);
     let min = match int_field(&spec["minReplicas"]) {
@@ -72,7 +82,8 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
         }
     };
     let sync = llmscaler_api::defaults::SYNC_PERIOD_SECONDS;
-    let (scale_down, scale_up) = behavior::convert(&spec["behavior"], "spec.behavior", sync, findings);
+    let (scale_down, scale_up) =
+        behavior::convert(&spec["behavior"], "spec.behavior", sync, findings);
 
     let mut metrics = Vec::new();
     let items = spec["metrics"].as_array().cloned().unwrap_or_default();
@@ -119,7 +130,10 @@ fn convert_metric(
             return None;
         }
         other => {
-            findings.refuse(format!("{path}.type"), format!("{other:?} is not a metric type"));
+            findings.refuse(
+                format!("{path}.type"),
+                format!("{other:?} is not a metric type"),
+            );
             return None;
         }
     };
@@ -208,7 +222,11 @@ fn convert_metric(
                 );
                 return None;
             }
-            let selector = format!("{series}{{{}}}", matchers.join(","));
+            let selector = if matchers.is_empty() {
+                series
+            } else {
+                format!("{series}{{{}}}", matchers.join(","))
+            };
             let aggregation = match (kind, semantics) {
                 ("Pods", _) | (_, Semantics::Total) => "avg",
                 _ => "sum",

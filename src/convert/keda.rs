@@ -22,7 +22,11 @@ const KEDA_COOLDOWN_SECONDS: i32 = 300;
 
 /// Converts one ScaledObject.
 pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft {
-    findings.unknown_keys(doc, "", &["apiVersion", "kind", "metadata", "spec", "status"]);
+    findings.unknown_keys(
+        doc,
+        "",
+        &["apiVersion", "kind", "metadata", "spec", "status"],
+    );
     let metadata = super::metadata(
         &doc["metadata"],
         &[
@@ -257,7 +261,10 @@ fn prometheus_trigger(
         findings.refuse(format!("{path}.authenticationRef"), credentials);
     }
     if let Some(modes) = meta["authModes"].as_str() {
-        findings.refuse(format!("{mpath}.authModes"), format!("{modes:?} {credentials}"));
+        findings.refuse(
+            format!("{mpath}.authModes"),
+            format!("{modes:?} {credentials}"),
+        );
     }
     for key in ["namespace", "queryParameters"] {
         if !meta[key].is_null() {
@@ -274,7 +281,10 @@ fn prometheus_trigger(
         );
     }
     if !trigger["useCachedMetrics"].is_null() {
-        findings.note(format!("{path}.useCachedMetrics"), "dropped (every sync queries once)");
+        findings.note(
+            format!("{path}.useCachedMetrics"),
+            "dropped (every sync queries once)",
+        );
     }
     match scalar_string(&meta["ignoreNullValues"]).as_deref() {
         Some("false") => {}
@@ -402,7 +412,8 @@ pub fn per_replica(query: &str) -> Option<String> {
         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
         .count();
     let rest = &q[bare..];
-    let selector_only = rest.is_empty() || (rest.starts_with('{') && rest.ends_with('}') && rest.matches('}').count() == 1);
+    let selector_only = rest.is_empty()
+        || (rest.starts_with('{') && rest.ends_with('}') && rest.matches('}').count() == 1);
     if q.starts_with("vllm:") && selector_only {
         return Some(format!("avg({q})"));
     }
@@ -439,7 +450,11 @@ fn cron_trigger(
 ) -> Option<ScheduleSpec> {
     let meta = &trigger["metadata"];
     let mpath = format!("{path}.metadata");
-    findings.unknown_keys(meta, &mpath, &["timezone", "start", "end", "desiredReplicas"]);
+    findings.unknown_keys(
+        meta,
+        &mpath,
+        &["timezone", "start", "end", "desiredReplicas"],
+    );
     let desired = match int_field(&meta["desiredReplicas"]) {
         Ok(Some(n)) => n,
         Ok(None) => {
@@ -492,7 +507,9 @@ mod tests {
         assert_eq!(per_replica("sum by (pod) (a)"), None);
         assert_eq!(per_replica("vector(100)"), None);
         assert_eq!(per_replica("gateway_queue_depth"), None);
-        assert_eq!(per_replica("sum(rate(vllm:num_incoming_requests_total[1m]) > bool 0)").as_deref(),
-            Some("avg(rate(vllm:num_incoming_requests_total[1m]) > bool 0)"));
+        assert_eq!(
+            per_replica("sum(rate(vllm:num_incoming_requests_total[1m]) > bool 0)").as_deref(),
+            Some("avg(rate(vllm:num_incoming_requests_total[1m]) > bool 0)")
+        );
     }
 }

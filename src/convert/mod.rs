@@ -278,7 +278,12 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
     };
     let text = match text {
         Ok(text) => text,
-        Err(err) => return fail(EXIT_FAILURE, &format!("cannot read {}: {err}", args.file.display())),
+        Err(err) => {
+            return fail(
+                EXIT_FAILURE,
+                &format!("cannot read {}: {err}", args.file.display()),
+            );
+        }
     };
     let mut queries = BTreeMap::new();
     for raw in &args.queries {
@@ -286,7 +291,12 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
             Some((name, query)) if !name.trim().is_empty() && !query.trim().is_empty() => {
                 queries.insert(name.trim().to_owned(), query.trim().to_owned());
             }
-            _ => return fail(EXIT_REFUSED, &format!("--query {raw:?}: expected NAME=QUERY")),
+            _ => {
+                return fail(
+                    EXIT_REFUSED,
+                    &format!("--query {raw:?}: expected NAME=QUERY"),
+                );
+            }
         }
     }
     let options = Options {
@@ -394,7 +404,11 @@ pub fn quantity(value: &Value) -> Result<String, String> {
                 "Ki" => 1024.0,
                 "Mi" => 1024.0 * 1024.0,
                 "Gi" => 1024.0 * 1024.0 * 1024.0,
-                suffix => return Err(format!("quantity {raw:?}: suffix {suffix:?} is not supported")),
+                suffix => {
+                    return Err(format!(
+                        "quantity {raw:?}: suffix {suffix:?} is not supported"
+                    ));
+                }
             };
             (&raw[..i], factor)
         }
@@ -466,7 +480,11 @@ pub fn metadata(source: &Value, mapped: &[(&str, &str)], findings: &mut Findings
 /// The target of a `scaleTargetRef` (`apiVersion` default `apps/v1`, `kind` default
 /// `Deployment`, as KEDA defaults them).
 pub fn target_ref(value: &Value, path: &str, findings: &mut Findings) -> llmscaler_api::TargetRef {
-    findings.unknown_keys(value, path, &["apiVersion", "kind", "name", "envSourceContainerName"]);
+    findings.unknown_keys(
+        value,
+        path,
+        &["apiVersion", "kind", "name", "envSourceContainerName"],
+    );
     if value.get("envSourceContainerName").is_some() {
         findings.note(
             format!("{path}.envSourceContainerName"),
@@ -499,6 +517,9 @@ mod tests {
 
     #[test]
     fn metric_names() {
-        assert_eq!(metric_name("vllm:num_requests_waiting"), "vllm_num_requests_waiting");
+        assert_eq!(
+            metric_name("vllm:num_requests_waiting"),
+            "vllm_num_requests_waiting"
+        );
     }
 }
