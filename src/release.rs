@@ -75,7 +75,7 @@ pub enum ReleaseError {
     },
     /// The target could not be resolved or read.
     #[error(transparent)]
-    Resolve(#[from] TargetError),
+    Resolve(Box<TargetError>),
     /// An API call failed.
     #[error("{operation}: {source}")]
     Api {
@@ -182,7 +182,10 @@ pub async fn release(
     if !force {
         check_no_active_scaler(client, target, namespace).await?;
     }
-    let resource = Resolver::default().resolve(client, target).await?;
+    let resource = Resolver::default()
+        .resolve(client, target)
+        .await
+        .map_err(|err| ReleaseError::Resolve(Box::new(err)))?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
     let what = format!("{} {namespace}/{}", target.kind, target.name);
     let api_error = |operation: &str| {

@@ -151,13 +151,17 @@ async fn release_hands_replicas_and_marks_back_and_helm_then_applies_without_con
         .into_iter()
         .filter_map(|p| p.metadata.name)
         .collect();
-    let samples: Vec<(String, f64)> = names
-        .iter()
-        .zip(1..)
-        .map(|(n, v)| (format!("pod=\"{n}\""), f64::from(v)))
-        .collect();
-    let refs: Vec<(&str, f64)> = samples.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-    world.exporter.set_gauge("pod_cost", &refs);
+    // One exposition text for both families (the exporter serves one text).
+    let exposition = |queue: f64| {
+        let mut text = format!(
+            "# TYPE llm_queue gauge\nllm_queue{{scaler=\"release\"}} {queue}\n# TYPE pod_cost gauge\n"
+        );
+        for (name, cost) in names.iter().zip(1..) {
+            text.push_str(&format!("pod_cost{{pod=\"{name}\"}} {cost}\n"));
+        }
+        text
+    };
+    world.exporter.set(exposition(1.0));
     let url = format!(
         "{}/api/v1/query?query=count(pod_cost)",
         world.prometheus.url()
@@ -175,10 +179,11 @@ async fn release_hands_replicas_and_marks_back_and_helm_then_applies_without_con
     })
     .await?;
     // Load down: 3 -> 2; the operator marks the three pods (the cheapest goes).
-    world
-        .exporter
-        .set_gauge("llm_queue", &[("scaler=\"release\"", 0.3)]);
-    world.wait_replicas("vllm", 2, MINUTE).await?;
+    world.exporter.set(exposition(0.3));
+    if let Err(err) = world.wait_replicas("vllm", 2, MINUTE).await {
+        let status = world.scaler("chat").await?["status"].clone();
+        anyhow::bail!("{err}\nstatus: {status:#}\n{}", world.operator_logs());
+    }
     let marked = wait_for(
         "llmscaler's marks on the surviving pods",
         MINUTE,
