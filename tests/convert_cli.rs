@@ -229,3 +229,15 @@ fn nothing_to_convert_and_unreadable_files() {
         run.stderr
     );
 }
+
+#[test]
+fn keda_cron_trigger_becomes_a_schedule_floor() {
+    // A cron trigger alone leaves nothing to scale on between the schedules.
+    check("keda-cron", "keda-cron.yaml", &[], 2);
+    check(
+        "keda-vllm-business-hours",
+        "keda-vllm-business-hours.yaml",
+        &[],
+        0,
+    );
+}
