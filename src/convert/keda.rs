@@ -337,7 +337,11 @@ fn prometheus_trigger(
             format!("{mpath}.activationThreshold"),
             format!("{a} dropped: KEDA applies it only between 0 and 1 replica, and minReplicaCount is above 0"),
         ),
-        Some(_) => findings.refuse(
+        Some(Err(_)) => findings.refuse(
+            format!("{mpath}.activationThreshold"),
+            format!("{} is not a number", meta["activationThreshold"]),
+        ),
+        Some(Ok(_)) => findings.refuse(
             format!("{mpath}.activationThreshold"),
             "has no equivalent: llmscaler wakes a fleet at zero when the metric recommends a \
              replica (a value above 0), with no separate activation level",
