@@ -10,14 +10,18 @@
 //!   `plot` cargo feature, on by default and off in the operator's image).
 //! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
+//! - [`convert`]: KEDA ScaledObject / HPA manifests to LLMScalers (`llmscaler convert`).
+//! - [`release`]: handing a workload's `spec.replicas` back (`llmscaler release`).
 //! - [`process`]: the one process set-up (crypto provider, tracing, runtime, signals).
 //! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
 pub mod controller;
+pub mod convert;
 pub mod engine;
 pub mod metrics;
 pub mod probe;
 pub mod process;
+pub mod release;
 pub mod run;
 pub mod scaler_file;
 pub mod simulate;

@@ -32,8 +32,15 @@ enum Command {
     /// Replay a metric trace through the decision engine and print what the scaler would do.
     Simulate(SimulateArgs),
     /// Evaluate a scaler's metrics once against its serverAddress and print what each
-    /// recommends (exit 0), or that the fleet would be held (exit 3); 2 for an invalid spec.
+    /// recommends (exit 0; 4 when a metric was skipped but the others decided), or that the
+    /// fleet would be held (exit 3); 2 for an invalid spec.
     Probe(llmscaler::probe::ProbeArgs),
+    /// Print the LLMScaler equivalent of a KEDA ScaledObject or an autoscaling/v2 HPA manifest;
+    /// exit 2 listing every field with no equivalent (or, with --lenient, leave them out).
+    Convert(llmscaler::convert::ConvertArgs),
+    /// Hand a workload's spec.replicas back (drop llmscaler's field ownership, keep the value)
+    /// and clear llmscaler's pod-deletion-cost marks on its pods, so another tool can take over.
+    Release(llmscaler::release::ReleaseArgs),
     /// Run the operator: the controller behind a Lease, and the metrics endpoints.
     Run(llmscaler::run::RunArgs),
     /// Serve the admission webhook alone (no cluster) with a certificate and key from files,
@@ -80,6 +87,8 @@ fn main() -> ExitCode {
         },
         Command::Simulate(args) => run_simulate(&args),
         Command::Probe(args) => llmscaler::probe::run(&args),
+        Command::Convert(args) => llmscaler::convert::run(&args),
+        Command::Release(args) => llmscaler::release::run(&args),
         Command::Run(args) => process::run(cli.log_format, |shutdown| {
             llmscaler::run::run(args, shutdown)
         }),

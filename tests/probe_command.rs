@@ -1,5 +1,6 @@
 //! `llmscaler probe` end to end: the real binary against a real Prometheus and a real decision
-//! server on loopback; exit statuses 0 (recommendation), 3 (hold), 2 (invalid spec).
+//! server on loopback; exit statuses 0 (recommendation), 4 (recommendation with a metric skipped), 3 (hold), 2
+//! (invalid spec).
 
 mod support;
 
@@ -93,8 +94,9 @@ async fn probe_against_real_prometheus() {
                    \x20 - name: kv\n    query: avg(vllm:kv_cache_usage_perc)\n    target: \"0.5\"\n\
                    \x20 - name: missing\n    query: avg(vllm:nothing_here)\n    target: \"1\"\n";
     let manifest = prometheus_manifest(&prometheus.url(), metrics);
+    // One metric skipped, the others decided: exit 4.
     let run = probe(&manifest, &["--ready", "3", "--output", "json"]).await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
     assert_eq!(
         run.json(),
         json!({
@@ -112,7 +114,7 @@ async fn probe_against_real_prometheus() {
 
     // Text output, default --ready (minReplicas 1): waiting ceil(1 × 4 / 2) = 2.
     let run = probe(&manifest, &[]).await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
     assert!(
         run.stdout
             .contains("waiting: value 4, target 2 -> 2 replica(s)"),
@@ -125,6 +127,17 @@ async fn probe_against_real_prometheus() {
         run.stdout
     );
     assert!(run.stdout.contains("desired replicas: 2"), "{}", run.stdout);
+
+    // Every metric measured: exit 0.
+    let metrics =
+        "  - name: waiting\n    query: avg(vllm:num_requests_waiting)\n    target: \"2\"\n";
+    let run = probe(
+        &prometheus_manifest(&prometheus.url(), metrics),
+        &["--ready", "3"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stdout.contains("desired replicas: 5"), "{}", run.stdout);
 
     // Nothing measurable: hold, exit 3.
     let metrics = "  - query: vllm:num_requests_waiting\n    target: \"2\"\n\

@@ -224,7 +224,19 @@ async fn probe_name_explains_a_held_a_clamped_and_a_window_held_scaler() -> anyh
         .create_scaler("held", scaler("held", "missing", (1, 10), json!({})))
         .await?;
     world
-        .create_scaler("clamped", scaler("clamped", "clamped", (1, 2), json!({})))
+        .create_scaler(
+            "clamped",
+            // A second metric with no series: skipped, the first still decides (probe exit 4).
+            scaler(
+                "clamped",
+                "clamped",
+                (1, 2),
+                json!({"metrics": [
+                    {"name": "queue", "query": "avg(llm_queue{scaler=\"clamped\"})", "target": "0.5"},
+                    {"name": "absent", "query": "avg(llm_queue{scaler=\"absent\"})", "target": "1"},
+                ]}),
+            ),
+        )
         .await?;
     world
         .create_scaler(
@@ -281,7 +293,11 @@ async fn probe_name_explains_a_held_a_clamped_and_a_window_held_scaler() -> anyh
     );
 
     let (code, clamped) = probe_name(&world, "clamped")?;
-    ensure!(code == 0, "clamped: exit {code}");
+    ensure!(code == 4, "clamped with a skipped metric: exit {code}");
+    ensure!(
+        clamped.contains("absent: skipped, never read as 0"),
+        "{clamped}"
+    );
     ensure!(
         clamped.contains("clamp to [1, 2]: 2 (lowered to the ceiling 2)"),
         "{clamped}"

@@ -28,6 +28,20 @@ pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_INVALID: u8 = 2;
 /// Exit status when no metric was measurable: the fleet would be held.
 pub const EXIT_HOLD: u8 = 3;
+/// Exit status when a recommendation was made but at least one metric was skipped (no data,
+/// an error, several series): the others decided, the skipped one was not read as 0
+/// (docs/troubleshooting.md#probe-exit-statuses).
+pub const EXIT_PARTIAL: u8 = 4;
+
+/// The exit status of a probe: [`EXIT_HOLD`] when nothing was measurable, [`EXIT_PARTIAL`] when
+/// a recommendation was made without every metric, [`EXIT_RECOMMENDATION`] otherwise.
+pub fn exit_status(held: bool, skipped: bool) -> u8 {
+    match (held, skipped) {
+        (true, _) => EXIT_HOLD,
+        (false, true) => EXIT_PARTIAL,
+        (false, false) => EXIT_RECOMMENDATION,
+    }
+}
 
 /// Output format of `probe`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,13 +108,10 @@ pub struct ProbeReport {
 }
 
 impl ProbeReport {
-    /// The exit status: [`EXIT_RECOMMENDATION`] or [`EXIT_HOLD`].
+    /// The exit status: [`EXIT_RECOMMENDATION`], [`EXIT_PARTIAL`] (a metric was skipped) or
+    /// [`EXIT_HOLD`].
     pub fn exit_code(&self) -> u8 {
-        if self.hold {
-            EXIT_HOLD
-        } else {
-            EXIT_RECOMMENDATION
-        }
+        exit_status(self.hold, self.metrics.iter().any(|m| m.error.is_some()))
     }
 
     /// The report as human-readable lines.
@@ -205,8 +216,9 @@ pub async fn evaluate(
 }
 
 /// Runs `llmscaler probe`: loads, defaults and validates the manifest, evaluates it once and
-/// prints the report on stdout. Returns the exit status: 0 recommendation, 3 hold, 2 invalid
-/// spec (field-path messages on stderr), 1 other failures.
+/// prints the report on stdout. Returns the exit status: 0 recommendation, 4 recommendation
+/// with a metric skipped, 3 hold, 2 invalid spec (field-path messages on stderr), 1 other
+/// failures.
 pub fn run(args: &ProbeArgs) -> ExitCode {
     crate::process::install_crypto_provider();
     let (Some(path), None) = (&args.scaler, &args.name) else {
@@ -249,8 +261,8 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
     ExitCode::from(report.exit_code())
 }
 
-/// `probe --name`: the live explanation; exit 0 (a decision), 3 (held), 2 (invalid stored
-/// spec), 1 (cluster or other failure).
+/// `probe --name`: the live explanation; exit 0 (a decision), 4 (a decision with a metric
+/// skipped), 3 (held), 2 (invalid stored spec), 1 (cluster or other failure).
 fn run_live(args: &ProbeArgs) -> ExitCode {
     let Some(name) = &args.name else {
         return fail(
@@ -265,11 +277,7 @@ fn run_live(args: &ProbeArgs) -> ExitCode {
     match runtime.block_on(live::explain_live(name, &args.namespace, &client)) {
         Ok((_, explanation)) => {
             print!("LLMScaler {}/{name}\n{}", args.namespace, explanation.text);
-            ExitCode::from(if explanation.held {
-                EXIT_HOLD
-            } else {
-                EXIT_RECOMMENDATION
-            })
+            ExitCode::from(exit_status(explanation.held, explanation.skipped))
         }
         Err(err @ live::LiveError::Invalid(_)) => fail(EXIT_INVALID, &err.to_string()),
         Err(err) => fail(EXIT_FAILURE, &err.to_string()),
@@ -328,6 +336,14 @@ mod tests {
                 "hold": false
             })
         );
-        assert_eq!(report.exit_code(), EXIT_RECOMMENDATION);
+        assert_eq!(report.exit_code(), EXIT_PARTIAL);
+    }
+
+    #[test]
+    fn exit_status_tells_hold_partial_and_full() {
+        assert_eq!(exit_status(false, false), EXIT_RECOMMENDATION);
+        assert_eq!(exit_status(false, true), EXIT_PARTIAL);
+        assert_eq!(exit_status(true, true), EXIT_HOLD);
+        assert_eq!(exit_status(true, false), EXIT_HOLD);
     }
 }
