@@ -214,6 +214,9 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
         }
     }
     let mut spec = super::base_spec(target_ref, server_address.unwrap_or_default(), min, max);
+    if min == 0 {
+        spec.activation = activation(&triggers, findings);
+    }
     spec.server_headers = (!headers.is_empty()).then_some(headers);
     spec.metrics = Some(metrics);
     spec.sync_period_seconds = polling;
@@ -224,6 +227,40 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
 }
 
 #[allow(clippy::too_many_arguments)]
+/// `spec.activation` of a ScaledObject with `minReplicaCount: 0`: KEDA wakes the target when any
+/// trigger's value exceeds its `activationThreshold` (default 0); llmscaler takes one query, the
+/// first Prometheus trigger's (as written: a fleet total is what wakes a fleet at zero). Further
+/// triggers are named in a note.
+fn activation(triggers: &[Value], findings: &mut Findings) -> Option<llmscaler_api::Activation> {
+    let mut prometheus = triggers
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t["type"] == "prometheus");
+    let (first, trigger) = prometheus.next()?;
+    let meta = &trigger["metadata"];
+    let query = scalar_string(&meta["query"]).filter(|q| !q.is_empty())?;
+    let threshold = scalar_string(&meta["activationThreshold"]).unwrap_or_else(|| "0".to_owned());
+    let others: Vec<String> = prometheus
+        .map(|(i, _)| format!("spec.triggers[{i}]"))
+        .collect();
+    findings.note(
+        format!("spec.triggers[{first}].metadata.activationThreshold"),
+        format!(
+            "the fleet wakes from zero on this trigger's query above {threshold} \
+             (spec.activation){}",
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!("; {} do not wake it", others.join(", "))
+            }
+        ),
+    );
+    Some(llmscaler_api::Activation {
+        query,
+        threshold: Some(threshold),
+    })
+}
+
 fn prometheus_trigger(
     trigger: &Value,
     path: &str,
@@ -337,14 +374,10 @@ fn prometheus_trigger(
             format!("{mpath}.activationThreshold"),
             format!("{a} dropped: KEDA applies it only between 0 and 1 replica, and minReplicaCount is above 0"),
         ),
-        Some(Err(_)) => findings.refuse(
+        Some(Ok(a)) if a.is_finite() && a >= 0.0 => {}
+        Some(_) => findings.refuse(
             format!("{mpath}.activationThreshold"),
-            format!("{} is not a number", meta["activationThreshold"]),
-        ),
-        Some(Ok(_)) => findings.refuse(
-            format!("{mpath}.activationThreshold"),
-            "has no equivalent: llmscaler wakes a fleet at zero when the metric recommends a \
-             replica (a value above 0), with no separate activation level",
+            format!("{} is not a number of 0 or more", meta["activationThreshold"]),
         ),
     }
     let query = scalar_string(&meta["query"]).unwrap_or_default();

@@ -356,6 +356,7 @@ pub fn base_spec(
         scale_down: None,
         scale_up: None,
         mode: None,
+        activation: None,
         schedules: None,
         preemption: None,
     }
