@@ -226,7 +226,6 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
     Draft { metadata, spec }
 }
 
-#[allow(clippy::too_many_arguments)]
 /// `spec.activation` of a ScaledObject with `minReplicaCount: 0`: KEDA wakes the target when any
 /// trigger's value exceeds its `activationThreshold` (default 0); llmscaler takes one query, the
 /// first Prometheus trigger's (as written: a fleet total is what wakes a fleet at zero). Further
@@ -261,6 +260,7 @@ fn activation(triggers: &[Value], findings: &mut Findings) -> Option<llmscaler_a
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn prometheus_trigger(
     trigger: &Value,
     path: &str,
