@@ -276,17 +276,20 @@ fn decisions_the_client_refuses_hold() {
 }
 
 #[test]
-fn rollout_column_defers() {
+fn a_rollout_defers_scale_down_not_scale_up() {
+    // During a rollout (rollout = 1) a spike still scales up (2 -> 8); the drop to 0 waits for
+    // the rollout to end, then goes down.
     let out = ok(
         &one_metric(1, 10, ""),
-        "t,queue,rollout\n0,2,1\n15,2,0\n",
+        "t,queue,rollout\n0,2,1\n15,0,1\n30,0,0\n",
         &["--initial-replicas", "2"],
     );
     assert_eq!(
         out,
         "t,ready,desired,replicas,action,reason,queue\n\
-         0,2,8,2,deferred,RolloutInProgress,2\n\
-         15,2,8,8,scale_up,ScaledUp,2\n"
+         0,2,8,8,scale_up,ScaledUp,2\n\
+         15,8,1,8,deferred,RolloutInProgress,0\n\
+         30,8,1,1,scale_down,ScaledDown,0\n"
     );
 }
 

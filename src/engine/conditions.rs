@@ -229,7 +229,8 @@ fn able_to_scale(report: &SyncReport<'_>) -> ConditionSpec {
         super::Reason::RolloutInProgress => able(
             false,
             Reason::RolloutInProgress,
-            "a Deployment rollout is in progress; replica changes wait for it".to_owned(),
+            "a Deployment rollout is in progress; a scale-down waits for it (a scale-up does not)"
+                .to_owned(),
         ),
         super::Reason::ScaleDownNotSettled => able(
             false,

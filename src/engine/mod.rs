@@ -361,7 +361,15 @@ pub fn decide<E: Clone>(
     now_ms: i64,
 ) -> Decision<E> {
     let spec = observed.spec_replicas;
-    let (mut recommendation, mut metrics) = recommend(signal, observed.ready_replicas);
+    // During a rollout, surge pods are ready on top of spec.replicas: counting them would grow
+    // the fleet by the surge at every sync (kubernetes/kubernetes#72775), so the ratio's
+    // baseline is capped at spec.replicas then.
+    let baseline = if observed.rollout_in_progress {
+        observed.ready_replicas.min(spec)
+    } else {
+        observed.ready_replicas
+    };
+    let (mut recommendation, mut metrics) = recommend(signal, baseline);
     if policy.scale_up.apply_tolerance(&mut metrics, spec) {
         recommendation = best_recommendation(&metrics);
     }
@@ -408,7 +416,9 @@ pub fn decide<E: Clone>(
 
     let deferral = if target == spec {
         None
-    } else if observed.rollout_in_progress {
+    } else if observed.rollout_in_progress && target < spec {
+        // A rollout defers scale-down (cold caches, victims among old and new pods); a traffic
+        // spike still gets its replicas.
         Some(Reason::RolloutInProgress)
     } else if target < spec && observed.ready_replicas != spec {
         Some(Reason::ScaleDownNotSettled)

@@ -244,19 +244,49 @@ fn scale_down_waits_for_the_window_maximum() {
 }
 
 #[test]
-fn rollout_defers_both_directions() {
+fn a_rollout_defers_scale_down_but_not_scale_up() {
     let rolling = Observation {
         spec_replicas: 3,
         ready_replicas: 3,
         rollout_in_progress: true,
     };
-    for value in [0.0, 5.0] {
-        let d = run(&policy(1, 10), &rolling, &one_metric(value, "1"));
-        assert_eq!(
-            (d.replicas, d.action, d.reason),
-            (3, Action::Deferred, Reason::RolloutInProgress)
-        );
-    }
+    let d = run(&policy(1, 10), &rolling, &one_metric(0.0, "1"));
+    assert_eq!(
+        (d.replicas, d.action, d.reason),
+        (3, Action::Deferred, Reason::RolloutInProgress)
+    );
+    // A traffic spike during a slow LLM rollout gets its replicas: 3 x 4 / 1 = 12.
+    let d = run(&policy(1, 20), &rolling, &one_metric(4.0, "1"));
+    assert_eq!(
+        (d.replicas, d.action, d.reason),
+        (12, Action::ScaleUp, Reason::ScaledUp)
+    );
+}
+
+#[test]
+fn surge_pods_of_a_rollout_do_not_compound_a_scale_up() {
+    // spec 4 with 25% surge: 5 ready while rolling. At the target (value = target per replica)
+    // the surge pod must not ask for a 5th replica at every sync (kubernetes#72775).
+    let surging = Observation {
+        spec_replicas: 4,
+        ready_replicas: 5,
+        rollout_in_progress: true,
+    };
+    let d = run(&policy(1, 20), &surging, &one_metric(1.0, "1"));
+    assert_eq!((d.replicas, d.reason), (4, Reason::Steady));
+    // Not-yet-ready new pods: the ratio uses the ready ones, so the next sync does not add the
+    // same replicas again.
+    let starting = Observation {
+        spec_replicas: 6,
+        ready_replicas: 3,
+        rollout_in_progress: true,
+    };
+    let d = run(&policy(1, 20), &starting, &one_metric(2.0, "1"));
+    assert_eq!((d.replicas, d.action), (6, Action::None));
+}
+
+#[test]
+fn the_rollout_predicate() {
     assert!(rollout_in_progress(2, 1, 3, 3, 3));
     assert!(rollout_in_progress(2, 2, 3, 3, 2));
     assert!(rollout_in_progress(2, 2, 3, 4, 3));
