@@ -163,7 +163,9 @@ pub struct TargetRef {
     pub name: String,
 }
 
-/// Source of the replica recommendation (spec §1).
+/// Where metric values come from: `Prometheus` (default; PromQL queries in `metrics`, ratio to a
+/// target per replica) or `Custom` (an external decision server returning an absolute replica
+/// count, see `customProvider`). Never layered: no fallback from one to the other.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MetricProvider {
     /// PromQL instant queries against `serverAddress`, ratio to a target per replica.
@@ -261,7 +263,8 @@ pub struct ScaleUpPolicy {
     pub period_seconds: i32,
 }
 
-/// How a scale-up policy counts.
+/// How a scale-up policy counts: `Pods` (at most `value` pods added per period) or `Percent` (at
+/// most `value` percent of the replicas at the start of the period).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScaleUpPolicyType {
     /// An absolute number of pods per period.
@@ -270,7 +273,8 @@ pub enum ScaleUpPolicyType {
     Percent,
 }
 
-/// Which of several scale-up policies applies.
+/// Which of several scale-up policies applies: `Max` (default, the most permissive) or `Min`
+/// (the most restrictive).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SelectPolicy {
     /// The policy allowing the largest change.
@@ -280,7 +284,9 @@ pub enum SelectPolicy {
     Min,
 }
 
-/// Whether the operator acts on the target.
+/// Whether the operator acts on the target: `Active` (default) writes `spec.replicas` and pod
+/// marks; `Advisory` computes and reports everything (status, Events, metrics) but never writes
+/// the target or its pods.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ScalerMode {
     /// Write `spec.replicas` and pod marks.
@@ -334,7 +340,9 @@ pub struct ScheduleSpec {
     pub max_replicas: Option<i32>,
 }
 
-/// How the pods removed by a scale-down are chosen (spec §5).
+/// How the pods removed by a scale-down are chosen: `CacheAware` (default) marks the pods to
+/// remove with a low `controller.kubernetes.io/pod-deletion-cost` before lowering replicas
+/// (Deployments only); `None` leaves the choice to the workload controller.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ScaleDownBehavior {
     /// Mark victims with `controller.kubernetes.io/pod-deletion-cost` first.

@@ -253,3 +253,51 @@ async fn kubectl_explains_the_crd_and_prints_its_columns() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn kubectl_explain_describes_every_enum_field() -> anyhow::Result<()> {
+    let kubectl = llmscaler_e2e::kubectl_path();
+    llmscaler_e2e::fixture::install_crd()?;
+    // (field, words its description must hold): read back from the API server's OpenAPI.
+    for (field, needle) in [
+        (
+            "llmscaler.spec.metricProvider",
+            "Where metric values come from",
+        ),
+        (
+            "llmscaler.spec.scaleDown.behavior",
+            "How the pods removed by a scale-down are chosen",
+        ),
+        (
+            "llmscaler.spec.mode",
+            "Whether the operator acts on the target",
+        ),
+        (
+            "llmscaler.spec.scaleUp.selectPolicy",
+            "Which of several scale-up policies applies",
+        ),
+        (
+            "llmscaler.spec.scaleUp.policies.type",
+            "How a scale-up policy counts",
+        ),
+    ] {
+        let explain = llmscaler_e2e::wait_for(
+            &format!("kubectl explain {field}"),
+            std::time::Duration::from_secs(60),
+            || async {
+                Ok(match run_command(&kubectl, &["explain", field], None) {
+                    Ok(text) if text.contains(needle) => llmscaler_e2e::Check::Done(text),
+                    Ok(text) => llmscaler_e2e::Check::NotYet(text),
+                    Err(err) => llmscaler_e2e::Check::NotYet(err.to_string()),
+                })
+            },
+        )
+        .await?;
+        assert!(
+            explain.contains("ENUM"),
+            "{field}: no enum values shown:\n{explain}"
+        );
+    }
+    Ok(())
+}
