@@ -279,7 +279,7 @@ async fn kubectl_explain_describes_every_enum_field() -> anyhow::Result<()> {
         ),
         (
             "llmscaler.spec.scaleUp.policies.type",
-            "How a scale-up policy counts",
+            "an absolute number of pods",
         ),
     ] {
         let explain = llmscaler_e2e::wait_for(
