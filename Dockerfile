@@ -12,7 +12,9 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM ${RUST_IMAGE} AS builder
 ARG VERSION
-RUN apt-get update && apt-get install -y --no-install-recommends cmake clang && rm -rf /var/lib/apt/lists/*
+# cmake and clang: aws-lc-sys (rustls' crypto provider); fontconfig: only the emulator's crate.
+RUN apt-get update && apt-get install -y --no-install-recommends cmake clang pkg-config libfontconfig1-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN app="$(sed -nE 's/^appVersion: *"?([^"]+)"?.*$/\1/p' charts/llmscaler/Chart.yaml)" && \
@@ -23,14 +25,21 @@ RUN app="$(sed -nE 's/^appVersion: *"?([^"]+)"?.*$/\1/p' charts/llmscaler/Chart.
 # No default features: no `simulate --plot`, so no plotting or font library (e2e/check-image-binary).
 RUN --mount=type=cache,target=/usr/local/cargo/registry --mount=type=cache,target=/src/target \
     cargo build --release --locked -p llmscaler --no-default-features --bin llmscaler && \
-    cargo build --release --locked -p llmscaler-e2e --bin vllm-emulator && \
-    mkdir -p /out && cp target/release/llmscaler target/release/vllm-emulator /out/
+    mkdir -p /out && cp target/release/llmscaler /out/
 
-# The vLLM emulator (test chart charts/vllm-emulator): one emulated vLLM server per pod.
+# The vLLM emulator (test chart charts/vllm-emulator), built only for `--target vllm-emulator`.
+# Its crate draws the demo's picture, so it links fontconfig: the libraries ldd names are copied.
+FROM builder AS emulator-builder
+RUN --mount=type=cache,target=/usr/local/cargo/registry --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p llmscaler-e2e --bin vllm-emulator && \
+    mkdir -p /out/root && cp target/release/vllm-emulator /out/root/ && \
+    ldd /out/root/vllm-emulator | grep -oE '/[^ ]+' | xargs -r -I{} cp --parents -L {} /out/root/
+
 FROM ${RUNTIME_IMAGE} AS vllm-emulator
-COPY --from=builder /out/vllm-emulator /vllm-emulator
+COPY --from=emulator-builder /out/root/ /
 USER 65532:65532
 ENTRYPOINT ["/vllm-emulator"]
+CMD ["serve"]
 
 # The operator: distroless (glibc, CA certificates, no shell), user 65532, read-only root works.
 FROM ${RUNTIME_IMAGE} AS operator

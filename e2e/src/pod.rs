@@ -86,7 +86,10 @@ impl Drop for Gauge<'_> {
     }
 }
 
-async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> impl IntoResponse {
+async fn completions(
+    State(server): State<Arc<Server>>,
+    body: axum::body::Bytes,
+) -> impl IntoResponse {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let tokens = request
         .get("max_tokens")
@@ -98,12 +101,18 @@ async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes)
         server.slots.acquire().await
     };
     let Ok(_permit) = permit else {
-        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"error": "shutting down"})));
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"error": "shutting down"})),
+        );
     };
     {
         let _running = Gauge::enter(&server.running);
         // The emulated decode time of the request.
-        tokio::time::sleep(Duration::from_secs_f64(tokens as f64 / server.tokens_per_second)).await;
+        tokio::time::sleep(Duration::from_secs_f64(
+            tokens as f64 / server.tokens_per_second,
+        ))
+        .await;
     }
     server.success.fetch_add(1, Ordering::SeqCst);
     (
@@ -119,7 +128,10 @@ async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes)
 
 /// The Prometheus text of the server's gauges and counter.
 fn metrics_text(server: &Server) -> String {
-    let label = format!("{{model_name=\"{}\"}}", server.model.replace(['\\', '"', '\n'], "_"));
+    let label = format!(
+        "{{model_name=\"{}\"}}",
+        server.model.replace(['\\', '"', '\n'], "_")
+    );
     format!(
         "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
          # TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{label} {}\n\
@@ -216,7 +228,10 @@ pub async fn drain(args: DrainArgs) {
     // asynchronously and nothing on the pod can observe when they all have.
     tokio::time::sleep(Duration::from_secs_f64(args.endpoint_sync_seconds.max(0.0))).await;
     let deadline = Instant::now() + Duration::from_secs_f64(args.drain_seconds.max(0.0));
-    let client = match reqwest::Client::builder().timeout(Duration::from_secs(2)).build() {
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+    {
         Ok(client) => client,
         Err(err) => {
             eprintln!("vllm-emulator drain: no HTTP client ({err}); not waiting");

@@ -262,7 +262,11 @@ async fn kubectl_explains_the_crd_and_prints_its_columns() -> anyhow::Result<()>
 /// `Ok(rendered)` or `Err(helm's error)`.
 fn render_emulator(sets: &[&str]) -> Result<String, String> {
     let chart = repo().join("charts/vllm-emulator");
-    let mut args = vec!["template".to_string(), "vllm".to_string(), chart.display().to_string()];
+    let mut args = vec![
+        "template".to_string(),
+        "vllm".to_string(),
+        chart.display().to_string(),
+    ];
     for set in sets {
         args.push("--set".into());
         args.push((*set).into());
