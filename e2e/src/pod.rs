@@ -238,9 +238,8 @@ pub async fn drain(args: DrainArgs) {
             return;
         }
     };
-    let mut last = String::from("no sample yet");
     loop {
-        match client.get(&args.metrics_url).send().await {
+        let last = match client.get(&args.metrics_url).send().await {
             Ok(resp) => {
                 let text = resp.text().await.unwrap_or_default();
                 let running = sample_sum(&text, "vllm:num_requests_running").unwrap_or(0.0);
@@ -252,10 +251,10 @@ pub async fn drain(args: DrainArgs) {
                     );
                     return;
                 }
-                last = format!("{running} running, {waiting} waiting");
+                format!("{running} running, {waiting} waiting")
             }
-            Err(err) => last = format!("metrics unreadable: {err}"),
-        }
+            Err(err) => format!("metrics unreadable: {err}"),
+        };
         if Instant::now() >= deadline {
             eprintln!("vllm-emulator drain: drain budget spent with {last}; letting SIGTERM come");
             return;

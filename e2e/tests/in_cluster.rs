@@ -21,6 +21,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
@@ -47,6 +48,55 @@ fn measured(what: &str, value: impl std::fmt::Display) {
 
 fn helm(args: &[&str]) -> anyhow::Result<String> {
     run_command(&helm_path(), args, None)
+}
+
+/// A Helm release uninstalled on drop (a failed test must not leave cluster-wide webhook
+/// configurations calling a deleted namespace behind); [`Release::uninstall`] on success.
+struct Release {
+    name: String,
+    namespace: String,
+    done: bool,
+}
+
+impl Release {
+    fn install(name: &str, chart: &str, namespace: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        let mut args = vec!["install", name, chart, "--namespace", namespace];
+        args.extend_from_slice(extra);
+        helm(&args)?;
+        Ok(Self {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            done: false,
+        })
+    }
+
+    fn uninstall(mut self) -> anyhow::Result<()> {
+        self.done = true;
+        helm(&[
+            "uninstall",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--wait",
+            "--timeout",
+            "3m",
+        ])?;
+        Ok(())
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = helm(&[
+                "uninstall",
+                &self.name,
+                "--namespace",
+                &self.namespace,
+                "--wait=false",
+            ]);
+        }
+    }
 }
 
 fn emulator_chart() -> std::path::PathBuf {
@@ -195,6 +245,11 @@ async fn ca_bundles(client: &Client, name: &str) -> anyhow::Result<Vec<String>> 
     Ok(out)
 }
 
+/// Whether a Lease holder identity is pod `pod`'s (`POD_NAME`, or hostname-pid out of a pod).
+fn holds(identity: &str, pod: &str) -> bool {
+    identity == pod || identity.starts_with(&format!("{pod}-"))
+}
+
 async fn lease_holder(leases: &Api<Lease>) -> anyhow::Result<Option<String>> {
     Ok(leases
         .get_opt(LEASE)
@@ -239,7 +294,7 @@ fn apply_stream(
 }
 
 /// The whole in-cluster story, in order (one operator release at a time in the cluster).
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs e2e/cluster up --real-node"]
 async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Result<()> {
     let client = client().await?;
@@ -257,15 +312,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
 
     // 1. helm install, default mode; time until the webhook answers through its Service.
     let start = Instant::now();
-    helm(&[
-        "install",
-        &release,
-        &chart,
-        "--namespace",
-        &namespace,
-        "-f",
-        &values,
-    ])?;
+    let installed = Release::install(&release, &chart, &namespace, &["-f", &values])?;
     let refusal = wait_for(
         "the webhook to refuse target \"80%\" through its Service",
         Duration::from_secs(180),
@@ -414,7 +461,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
     let leader_pod = operator_pods
         .iter()
         .map(|p| p.name_any())
-        .find(|n| leader.starts_with(&format!("{n}-")))
+        .find(|n| holds(&leader, n))
         .with_context(|| format!("holder {leader} is none of the operator pods"))?;
     // The scaler is served by the leader: it reaches 2 replicas, then holds.
     exporter.set_gauge("llm_queue", &[(&format!("scaler=\"{tag}\""), 1.0)]);
@@ -446,7 +493,10 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
         failover <= 15.0,
         "failover took {failover:.1}s, more than the 15 s lease"
     );
-    ensure!(!new_leader.starts_with(&format!("{leader_pod}-")));
+    ensure!(
+        !holds(&new_leader, &leader_pod),
+        "the deleted pod {leader_pod} holds the lease again"
+    );
     exporter.set_gauge("llm_queue", &[(&format!("scaler=\"{tag}\""), 1.0)]);
     wait_replicas_at_least(&deployments, "work", before + 1, Duration::from_secs(60)).await?;
     measured(
@@ -549,15 +599,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
         }
     })
     .await?;
-    helm(&[
-        "uninstall",
-        &release,
-        "--namespace",
-        &namespace,
-        "--wait",
-        "--timeout",
-        "3m",
-    ])?;
+    installed.uninstall()?;
     wait_for("no operator object left", Duration::from_secs(90), || {
         let (namespace, fullname, release) = (namespace.clone(), fullname.clone(), release.clone());
         async move {
@@ -670,11 +712,6 @@ async fn drain_run(
     let release = if drain { "vllm-drain" } else { "vllm-nodrain" };
     let chart = emulator_chart().to_string_lossy().into_owned();
     let mut args = vec![
-        "install",
-        release,
-        &chart,
-        "--namespace",
-        namespace,
         "-f",
         node_values,
         "--set",
@@ -690,7 +727,7 @@ async fn drain_run(
             "shutdownTimeoutSeconds=0",
         ]);
     }
-    helm(&args)?;
+    let installed = Release::install(release, &chart, namespace, &args)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let selector = format!("app.kubernetes.io/instance={release}");
     wait_for(
@@ -721,6 +758,51 @@ async fn drain_run(
         "http://{}/v1/completions",
         SocketAddr::new(cluster_ip, 8000)
     );
+
+    // The Service routes before any request is counted: its EndpointSlices list the 4 pods
+    // ready and a request through the ClusterIP succeeds (kube-proxy has synced).
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    let probe = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    wait_for(
+        &format!("Service {release} to route to 4 ready endpoints"),
+        Duration::from_secs(60),
+        || {
+            let (slices, probe, url) = (slices.clone(), probe.clone(), url.clone());
+            async move {
+                let listed = slices
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("kubernetes.io/service-name={release}")),
+                    )
+                    .await?;
+                let ready = listed
+                    .items
+                    .iter()
+                    .flat_map(|s| s.endpoints.iter())
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                    .count();
+                if ready != 4 {
+                    return Ok(Check::NotYet(format!("{ready} ready endpoints")));
+                }
+                Ok(
+                    match probe
+                        .post(&url)
+                        .json(&json!({"max_tokens": 1}))
+                        .send()
+                        .await
+                    {
+                        Ok(resp) if resp.status().is_success() => Check::Done(()),
+                        Ok(resp) => Check::NotYet(format!("HTTP {}", resp.status())),
+                        Err(err) => Check::NotYet(format!("{err}")),
+                    },
+                )
+            }
+        },
+    )
+    .await?;
 
     // Traffic first, then the scaler; traffic stops once one pod is left and the others are gone.
     let stop = Arc::new(AtomicBool::new(false));
@@ -849,14 +931,6 @@ async fn drain_run(
     let scalers: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &scaler_resource());
     scalers.delete(release, &DeleteParams::default()).await?;
-    helm(&[
-        "uninstall",
-        release,
-        "--namespace",
-        namespace,
-        "--wait",
-        "--timeout",
-        "3m",
-    ])?;
+    installed.uninstall()?;
     Ok(failed)
 }
