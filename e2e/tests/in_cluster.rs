@@ -489,9 +489,12 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
         "leader pod deleted -> new lease holder (s)",
         format!("{failover:.1}"),
     );
+    // The deleted leader serves for shutdownDelaySeconds (5, its preStop) and releases the
+    // Lease on SIGTERM, but the follower sleeps until the expiry it last read (kube-lease-manager
+    // is not woken by a release), so the bound is the lease (15 s) after the preStop.
     ensure!(
-        failover <= 15.0,
-        "failover took {failover:.1}s, more than the 15 s lease"
+        failover <= 20.0,
+        "failover took {failover:.1}s, more than the 5 s preStop + the 15 s lease"
     );
     ensure!(
         !holds(&new_leader, &leader_pod),
