@@ -27,6 +27,15 @@ KUBECTL="$LAYER_BIN_DIR/kubectl"
 HELM="$LAYER_BIN_DIR/helm"
 KWOKCTL="$KWOK_BIN_DIR/kwokctl"
 
+# The real node (`e2e/cluster up --real-node`): kubelet and kube-proxy from e2e/realnode/kube/go.mod
+# (same Kubernetes version as the control plane), containerd and the CNI plugins by `go install`.
+REALNODE_DIR="$E2E_DIR/realnode"
+CONTAINERD_VERSION="v2.4.2"
+CNI_PLUGINS_VERSION="v1.10.0"
+NODE_BIN_DIR="$BIN_CACHE/node-$KUBE_VERSION"
+CONTAINERD_BIN_DIR="$BIN_CACHE/containerd-$CONTAINERD_VERSION"
+CNI_BIN_DIR="$BIN_CACHE/cni-plugins-$CNI_PLUGINS_VERSION"
+
 # Cluster state (kwokctl's work dir, pids, logs, kubeconfig). Removed by `e2e/cluster down`.
 STATE_DIR="${LLMSCALER_E2E_STATE:-$E2E_DIR/.state}"
 CLUSTER_NAME="llmscaler"

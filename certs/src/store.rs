@@ -69,16 +69,23 @@ impl CertState {
     }
 }
 
-fn secret_for(cfg: &CertConfig, state: &CertState, resource_version: Option<String>) -> Secret {
+/// The Secret holding `state`. Replacing an existing Secret (`current`) keeps its labels,
+/// annotations and owner references (the chart creates it empty with Helm's ownership labels,
+/// so `helm uninstall` removes it and `helm upgrade` still recognises it) and carries its
+/// `resourceVersion`; [`MANAGED_BY_LABEL`] is only added when absent.
+fn secret_for(cfg: &CertConfig, state: &CertState, current: Option<&ObjectMeta>) -> Secret {
+    let mut labels = current.and_then(|m| m.labels.clone()).unwrap_or_default();
+    labels
+        .entry(MANAGED_BY_LABEL.to_string())
+        .or_insert_with(|| MANAGED_BY.to_string());
     Secret {
         metadata: ObjectMeta {
             name: Some(cfg.secret_name.clone()),
             namespace: Some(cfg.namespace.clone()),
-            labels: Some(BTreeMap::from([(
-                MANAGED_BY_LABEL.to_string(),
-                MANAGED_BY.to_string(),
-            )])),
-            resource_version,
+            labels: Some(labels),
+            annotations: current.and_then(|m| m.annotations.clone()),
+            owner_references: current.and_then(|m| m.owner_references.clone()),
+            resource_version: current.and_then(|m| m.resource_version.clone()),
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".to_string()),
@@ -149,7 +156,7 @@ pub async fn sync_secret(
                 Some(renewed) => (renewed, "rotation due"),
             },
         };
-        let secret = secret_for(cfg, &wanted, current.metadata.resource_version.clone());
+        let secret = secret_for(cfg, &wanted, Some(&current.metadata));
         match secrets.replace(name, &params, &secret).await {
             Ok(_) => {
                 tracing::info!(secret = %name, reason = why, "updated the webhook certificates");

@@ -9,6 +9,7 @@ pub mod emulator;
 pub mod exporter;
 pub mod fixture;
 pub mod operator;
+pub mod pod;
 pub mod watch;
 
 use std::time::{SystemTime, UNIX_EPOCH};

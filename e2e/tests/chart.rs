@@ -113,10 +113,12 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
+            "Lease",
             "MutatingWebhookConfiguration",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",
+            "Secret",
             "Service",
             "ServiceAccount",
             "ValidatingWebhookConfiguration",
@@ -157,9 +159,11 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
         [
             "ClusterRole",
             "ClusterRoleBinding",
+            "Lease",
             "MutatingWebhookConfiguration",
             "Role",
             "RoleBinding",
+            "Secret",
             "ServiceAccount",
             "ValidatingWebhookConfiguration",
         ]
@@ -299,5 +303,92 @@ async fn kubectl_explain_describes_every_enum_field() -> anyhow::Result<()> {
             "{field}: no enum values shown:\n{explain}"
         );
     }
+    Ok(())
+}
+
+/// `helm template` of the test chart `charts/vllm-emulator` with extra `--set` arguments:
+/// `Ok(rendered)` or `Err(helm's error)`.
+fn render_emulator(sets: &[&str]) -> Result<String, String> {
+    let chart = repo().join("charts/vllm-emulator");
+    let mut args = vec![
+        "template".to_string(),
+        "vllm".to_string(),
+        chart.display().to_string(),
+    ];
+    for set in sets {
+        args.push("--set".into());
+        args.push((*set).into());
+    }
+    let out = std::process::Command::new(helm_path())
+        .args(&args)
+        .output()
+        .map_err(|e| format!("starting helm: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn vllm_emulator_chart_refuses_a_drain_budget_over_the_grace_period() -> anyhow::Result<()> {
+    // Defaults: 5 + 30 + 20 = 55 <= 60, with the preStop drain.
+    let docs = documents(&render_emulator(&[]).map_err(anyhow::Error::msg)?);
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 60);
+    let container = &pod["containers"][0];
+    let pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+        .as_sequence()
+        .expect("preStop exec");
+    let pre_stop: Vec<&str> = pre_stop.iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(
+        pre_stop,
+        [
+            "/vllm-emulator",
+            "drain",
+            "--metrics-url=http://127.0.0.1:8000/metrics",
+            "--endpoint-sync-seconds=5",
+            "--drain-seconds=30"
+        ]
+    );
+    assert!(
+        container["args"]
+            .as_sequence()
+            .expect("args")
+            .iter()
+            .any(|a| a.as_str() == Some("--shutdown-timeout-seconds=20"))
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+
+    // Exactly at the grace period renders; one second over is refused with the sum.
+    render_emulator(&["terminationGracePeriodSeconds=55"]).map_err(anyhow::Error::msg)?;
+    let refused = render_emulator(&["terminationGracePeriodSeconds=54"])
+        .expect_err("a budget over the grace period must not render");
+    assert!(
+        refused.contains("= 55 exceeds terminationGracePeriodSeconds (54)"),
+        "{refused}"
+    );
+    let refused =
+        render_emulator(&["drain.drainSeconds=100"]).expect_err("a long drain must not render");
+    assert!(
+        refused.contains("(5) + drain.drainSeconds (100) + shutdownTimeoutSeconds (20) = 125"),
+        "{refused}"
+    );
+    // Without the drain there is no preStop, and only the shutdown timeout counts.
+    let docs = documents(
+        &render_emulator(&["drain.enabled=false", "terminationGracePeriodSeconds=20"])
+            .map_err(anyhow::Error::msg)?,
+    );
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("Deployment");
+    assert!(deployment["spec"]["template"]["spec"]["containers"][0]["lifecycle"].is_null());
+    assert!(render_emulator(&["drain.enabled=false", "terminationGracePeriodSeconds=19"]).is_err());
     Ok(())
 }

@@ -37,7 +37,7 @@ pub fn binary() -> anyhow::Result<PathBuf> {
 
 /// A Prometheus process; killed on drop.
 pub struct Prometheus {
-    /// `127.0.0.1:<port>`.
+    /// `127.0.0.1:<port>` (or the address given to [`Prometheus::start_on`]).
     pub addr: SocketAddr,
     child: Option<Child>,
     log: PathBuf,
@@ -51,6 +51,15 @@ impl Prometheus {
     /// # Errors
     /// When the binary is missing, exits early, or is not ready in time (with its log tail).
     pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into(), target).await
+    }
+
+    /// Like [`Prometheus::start`], listening on `ip` instead of loopback (e.g. the real node's
+    /// pod bridge address, so that an operator running in a pod can query it).
+    ///
+    /// # Errors
+    /// As [`Prometheus::start`].
+    pub async fn start_on(ip: std::net::IpAddr, target: SocketAddr) -> anyhow::Result<Self> {
         let bin = binary()?;
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("prometheus.yml");
@@ -67,7 +76,7 @@ impl Prometheus {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+            let addr = SocketAddr::new(ip, free_port()?);
             let log = dir.path().join(format!("prometheus-{attempt}.log"));
             let log_file = std::fs::File::create(&log)?;
             let mut child = Command::new(&bin)

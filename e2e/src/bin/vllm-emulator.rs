@@ -7,7 +7,15 @@
 //! ```
 //!
 //! Runs until the trace has been replayed plus `--tail-seconds`, or until SIGINT/SIGTERM; then
-//! prints the run report as JSON on stdout. Trace attribution: Microsoft Azure, "Azure LLM
+//! prints the run report as JSON on stdout.
+//!
+//! In a pod (the test chart `charts/vllm-emulator`), one emulated server per pod and its
+//! graceful-drain preStop (`llmscaler_e2e::pod`):
+//!
+//! ```text
+//! vllm-emulator serve --listen 0.0.0.0:8000 --shutdown-timeout-seconds 20
+//! vllm-emulator drain --endpoint-sync-seconds 5 --drain-seconds 30
+//! ``` Trace attribution: Microsoft Azure, "Azure LLM
 //! inference trace 2023" (CC BY 4.0).
 
 use std::net::SocketAddr;
@@ -50,10 +58,44 @@ struct Args {
     model: ModelArgs,
 }
 
+/// `vllm-emulator serve`: one emulated vLLM server (a pod of the test chart).
+#[derive(Parser, Debug)]
+#[command(name = "vllm-emulator serve")]
+struct ServeCli {
+    #[command(flatten)]
+    args: llmscaler_e2e::pod::ServeArgs,
+}
+
+/// `vllm-emulator drain`: the test chart's preStop hook.
+#[derive(Parser, Debug)]
+#[command(name = "vllm-emulator drain")]
+struct DrainCli {
+    #[command(flatten)]
+    args: llmscaler_e2e::pod::DrainArgs,
+}
+
 fn main() -> ExitCode {
-    llmscaler::process::run(llmscaler::process::LogFormat::Text, |shutdown| {
-        run(Args::parse(), shutdown)
-    })
+    match std::env::args().nth(1).as_deref() {
+        Some("serve") => {
+            let cli = ServeCli::parse_from(std::env::args_os().skip(1));
+            llmscaler::process::run(llmscaler::process::LogFormat::Text, |shutdown| {
+                llmscaler_e2e::pod::serve(cli.args, shutdown)
+            })
+        }
+        Some("drain") => {
+            let cli = DrainCli::parse_from(std::env::args_os().skip(1));
+            llmscaler::process::run(
+                llmscaler::process::LogFormat::Text,
+                |_shutdown| async move {
+                    llmscaler_e2e::pod::drain(cli.args).await;
+                    Ok::<(), anyhow::Error>(())
+                },
+            )
+        }
+        _ => llmscaler::process::run(llmscaler::process::LogFormat::Text, |shutdown| {
+            run(Args::parse(), shutdown)
+        }),
+    }
 }
 
 async fn run(args: Args, shutdown: llmscaler::process::Shutdown) -> anyhow::Result<()> {
