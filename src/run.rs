@@ -37,6 +37,10 @@ pub struct RunArgs {
     /// Lease duration, seconds: a failed leader is replaced within this time.
     #[arg(long, default_value_t = 15)]
     pub lease_duration_seconds: u64,
+    /// Name of the leader-election Lease in `--namespace` (the chart derives it from the release,
+    /// so two installs never share one).
+    #[arg(long, default_value = LEASE_NAME)]
+    pub lease_name: String,
     /// Watch LLMScalers of this namespace only (default: every namespace).
     #[arg(long)]
     pub watch_namespace: Option<String>,
@@ -239,7 +243,7 @@ impl Operator {
     /// With leader election: a controller per leadership term; the Lease is released at the end.
     async fn run_elected(&self, args: &RunArgs, shutdown: &Shutdown) -> Result<(), RunError> {
         let duration = args.lease_duration_seconds.max(3);
-        let manager = LeaseManagerBuilder::new(self.client.clone(), LEASE_NAME)
+        let manager = LeaseManagerBuilder::new(self.client.clone(), &args.lease_name)
             .with_namespace(&args.namespace)
             .with_identity(&self.identity)
             .with_duration(duration)

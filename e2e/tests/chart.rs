@@ -392,3 +392,139 @@ fn vllm_emulator_chart_refuses_a_drain_budget_over_the_grace_period() -> anyhow:
     assert!(render_emulator(&["drain.enabled=false", "terminationGracePeriodSeconds=19"]).is_err());
     Ok(())
 }
+
+/// The operator Deployment of a render with `values` (a YAML values file).
+fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values)?;
+    let docs = documents(&render(&["-f", file.to_str().expect("utf-8 path")])?);
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no Deployment"))?;
+    Ok((docs, deployment))
+}
+
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn every_platform_value_reaches_the_operator_pod() -> anyhow::Result<()> {
+    let (docs, deployment) = deployment_with(
+        "imagePullSecrets: [{name: my-registry}]
+priorityClassName: system-cluster-critical
+nodeSelector: {pool: system}
+tolerations: [{key: dedicated, operator: Equal, value: system, effect: NoSchedule}]
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [system]}]}]}}}
+topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app.kubernetes.io/name: llmscaler}}}]
+podAnnotations: {prometheus.io/scrape: \"true\"}
+podLabels: {team: platform}
+extraEnv: [{name: HTTPS_PROXY, value: \"http://proxy:3128\"}]
+extraVolumes: [{name: prom-ca, configMap: {name: prometheus-ca}}]
+extraVolumeMounts: [{name: prom-ca, mountPath: /etc/prom-ca, readOnly: true}]
+leaseName: custom-lease
+logFormat: json
+",
+    )?;
+    let pod = &deployment["spec"]["template"];
+    let spec = &pod["spec"];
+    let container = &spec["containers"][0];
+    assert_eq!(spec["imagePullSecrets"][0]["name"], "my-registry");
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert_eq!(spec["nodeSelector"]["pool"], "system");
+    assert_eq!(spec["tolerations"][0]["key"], "dedicated");
+    assert!(
+        spec["affinity"]["nodeAffinity"].is_mapping(),
+        "{}",
+        serde_yaml::to_string(spec)?
+    );
+    assert!(
+        spec["affinity"]["podAntiAffinity"].is_null(),
+        "a given affinity replaces the default"
+    );
+    assert_eq!(spec["topologySpreadConstraints"][0]["maxSkew"], 1);
+    assert_eq!(
+        pod["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    assert!(
+        container["env"]
+            .as_sequence()
+            .is_some_and(|env| env.iter().any(|e| e["name"] == "HTTPS_PROXY")),
+        "{}",
+        serde_yaml::to_string(&container["env"])?
+    );
+    assert_eq!(spec["volumes"][0]["configMap"]["name"], "prometheus-ca");
+    assert_eq!(container["volumeMounts"][0]["mountPath"], "/etc/prom-ca");
+    let args = serde_yaml::to_string(&container["args"])?;
+    assert!(args.contains("--lease-name=custom-lease"), "{args}");
+    assert!(args.contains("--log-format=json"), "{args}");
+    let lease = docs
+        .iter()
+        .find(|d| d["kind"] == "Lease")
+        .expect("the chart creates the Lease");
+    assert_eq!(lease["metadata"]["name"], "custom-lease");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn defaults_spread_the_replicas_and_the_budget_follows_the_replica_count() -> anyhow::Result<()> {
+    let (docs, deployment) = deployment_with("{}")?;
+    let spec = &deployment["spec"]["template"]["spec"];
+    let anti =
+        &spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(
+        anti["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    let pdb = docs
+        .iter()
+        .find(|d| d["kind"] == "PodDisruptionBudget")
+        .expect("a PDB at 2 replicas");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    let lease = docs.iter().find(|d| d["kind"] == "Lease").expect("Lease");
+    assert_eq!(
+        lease["metadata"]["name"], "llmscaler-leader",
+        "release llmscaler: <fullname>-leader"
+    );
+    // One replica: no budget that would block every node drain.
+    let (docs, _) = deployment_with("replicaCount: 1")?;
+    assert!(docs.iter().all(|d| d["kind"] != "PodDisruptionBudget"));
+    // A second release gets its own Lease.
+    let chart = repo().join("charts/llmscaler");
+    let other = run_command(
+        &helm_path(),
+        &[
+            "template",
+            "team-b",
+            chart.to_str().expect("utf-8"),
+            "--namespace",
+            "team-b",
+        ],
+        None,
+    )?;
+    assert!(other.contains("name: team-b-llmscaler-leader"), "{other}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn the_schema_still_refuses_typos() -> anyhow::Result<()> {
+    for typo in [
+        "imagePullSecret: []",
+        "priorityClass: x",
+        "extraEnvs: []",
+        "podDisruptionBudget: {minAvailabe: 1}",
+        "webhook: {failurPolicy: Ignore}",
+    ] {
+        let err = deployment_with(typo).expect_err(typo);
+        assert!(
+            err.to_string().contains("additional properties")
+                || err.to_string().contains("not allowed"),
+            "{typo}: {err}"
+        );
+    }
+    Ok(())
+}

@@ -36,7 +36,6 @@ use serde_json::{Value, json};
 
 const REAL_NODE: &str = "llmscaler-real-node";
 const NODE_LABEL: &str = "llmscaler.dev/real-node";
-const LEASE: &str = "llmscaler-leader";
 
 /// Values placing pods on the real node (it is tainted so that nothing else lands there).
 const NODE_VALUES: &str = "nodeSelector:\n  llmscaler.dev/real-node: \"true\"\n\
@@ -250,9 +249,10 @@ fn holds(identity: &str, pod: &str) -> bool {
     identity == pod || identity.starts_with(&format!("{pod}-"))
 }
 
-async fn lease_holder(leases: &Api<Lease>) -> anyhow::Result<Option<String>> {
+/// The holder of the release's Lease (`<fullname>-leader`, the chart's default name).
+async fn lease_holder(leases: &Api<Lease>, fullname: &str) -> anyhow::Result<Option<String>> {
     Ok(leases
-        .get_opt(LEASE)
+        .get_opt(&format!("{fullname}-leader"))
         .await?
         .and_then(|l| l.spec)
         .and_then(|s| s.holder_identity))
@@ -452,7 +452,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
     let leader = wait_for("a lease holder", Duration::from_secs(60), || {
         let leases = leases.clone();
         async move {
-            Ok(lease_holder(&leases)
+            Ok(lease_holder(&leases, &fullname)
                 .await?
                 .map_or(Check::NotYet("none".into()), Check::Done))
         }
@@ -476,7 +476,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
         || {
             let (leases, old) = (leases.clone(), leader.clone());
             async move {
-                Ok(match lease_holder(&leases).await? {
+                Ok(match lease_holder(&leases, &fullname).await? {
                     Some(h) if h != old => Check::Done(h),
                     h => Check::NotYet(format!("{h:?}")),
                 })

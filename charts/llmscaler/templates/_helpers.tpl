@@ -48,3 +48,8 @@ service:
   port: 443
 {{- end }}
 {{- end -}}
+
+{{/* The leader-election Lease: per release, so two installs never share one. */}}
+{{- define "llmscaler.leaseName" -}}
+{{- default (printf "%s-leader" (include "llmscaler.fullname" .)) .Values.leaseName | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
