@@ -43,6 +43,9 @@ pub struct RunArgs {
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// The operator-wide policy (`docs/security.md`), enforced by admission and the controller.
+    #[command(flatten)]
+    pub policy: llmscaler_webhooks::cli::PolicyArgs,
     /// The admission webhook and its certificates (ignored with `--no-webhook`).
     #[command(flatten)]
     pub webhook: llmscaler_webhooks::managed::ManagedArgs,
@@ -73,6 +76,9 @@ pub enum RunError {
     /// The admission webhook failed (certificates or serving).
     #[error("admission webhook: {0}")]
     Webhook(#[source] llmscaler_webhooks::Error),
+    /// The operator policy flags do not parse.
+    #[error("operator policy: {0}")]
+    Policy(String),
 }
 
 /// Runs the operator until `shutdown` (SIGTERM / Ctrl-C).
@@ -81,6 +87,7 @@ pub enum RunError {
 /// [`RunError`] when the client, the listener or the Lease cannot be set up, or when the
 /// controller or leader election dies.
 pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
+    args.policy.install().map_err(RunError::Policy)?;
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;

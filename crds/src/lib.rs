@@ -5,14 +5,18 @@
 
 pub mod defaults;
 pub mod names;
+pub mod policy;
 pub mod types;
 pub mod validation;
 
 use kube::CustomResourceExt;
 
 pub use defaults::apply_defaults;
+pub use policy::OperatorPolicy;
 pub use types::*;
-pub use validation::{FieldError, ValidationErrors, check_spec, parse_target, validate_spec};
+pub use validation::{
+    FieldError, ValidationErrors, check_spec, parse_target, validate_spec, validate_spec_with,
+};
 
 /// The CustomResourceDefinition of [`LLMScaler`] as YAML, exactly as committed in
 /// `crds/llmscaler.yaml` and printed by `llmscaler crd`.

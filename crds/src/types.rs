@@ -97,26 +97,29 @@ pub struct LLMScalerSpec {
     pub server_headers: Option<BTreeMap<String, String>>,
 
     /// Lower bound on replicas, at least 0. 0 enables scale-to-zero.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub min_replicas: i32,
 
     /// Upper bound on replicas, at least 0. 0 pins the fleet at zero.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub max_replicas: i32,
 
     /// PromQL queries, each returning exactly one series, with a target value per replica. The
-    /// largest recommendation across entries wins. Required (non-empty) under `Prometheus`.
+    /// largest recommendation across entries wins. Required (non-empty) under `Prometheus`;
+    /// at most 16 entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
     pub metrics: Option<Vec<MetricSpec>>,
 
-    /// Seconds between evaluations. Default 15.
+    /// Seconds between evaluations, at least 1 (at most 16 requests per second per scaler,
+    /// under the operator's process-wide request limit). Default 15.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub sync_period_seconds: Option<i32>,
 
     /// Seconds before the next attempt when the target is missing or a sync fails. Default 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub retry_period_seconds: Option<i32>,
 
     /// Damping of scale-down and cache-aware choice of the pods removed.
@@ -186,11 +189,11 @@ pub struct MetricSpec {
 pub struct ScaleDown {
     /// Seconds of recommendations whose maximum is used when scaling down. 0 (default) = off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub stabilization_window_seconds: Option<i32>,
     /// Largest number of replicas removed in one step. 0 (default) = unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub max_step_replicas: Option<i32>,
     /// `CacheAware` (default): mark the pods to remove with a low `pod-deletion-cost` before
     /// lowering replicas (Deployments only). `None`: leave the choice to the ReplicaSet.
@@ -230,10 +233,12 @@ pub struct Preemption {
 pub struct LLMScalerStatus {
     /// The target's ready replicas at the last sync (the figure the ratio uses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub current_replicas: Option<i32>,
     /// Last recommendation after clamping and stabilization, before the step cap: while a step
     /// cap walks the fleet down it shows the destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub desired_replicas: Option<i32>,
     /// The generation of the spec the last sync acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,8 +263,13 @@ pub struct RecommendationRecord {
     /// When the recommendation was made.
     pub time: Time,
     /// The clamped recommendation, in replicas.
+    #[schemars(range(min = 0, max = 2147483647))]
     pub replicas: i32,
 }
+
+/// Most `spec.metrics` entries (the CRD's `maxItems`, `docs/security.md#memory`): each is one
+/// request per sync, so this bounds one scaler's share of the operator's request slots.
+pub const MAX_METRICS: usize = 16;
 
 impl LLMScalerSpec {
     /// The provider in force (`Prometheus` when unset).

@@ -8,7 +8,8 @@ use std::fmt;
 
 use serde::de::DeserializeOwned;
 
-use crate::types::{LLMScaler, LLMScalerSpec, MetricProvider};
+use crate::policy::OperatorPolicy;
+use crate::types::{LLMScaler, LLMScalerSpec, MAX_METRICS, MetricProvider};
 
 /// One violated rule: the field path (`spec.metrics[1].target`) and why it is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,11 +84,21 @@ pub fn parse_target(raw: &str) -> Result<f64, String> {
 /// Checks every rule of spec §8 that a spec can break and returns all violations (empty when
 /// valid). Paths start at `spec.`. Call it on a defaulted spec or a raw one: unset optional
 /// fields are never errors.
+///
+/// The operator-wide rules (`docs/security.md`) are those of the process policy,
+/// [`crate::policy::current`]; [`validate_spec_with`] takes one explicitly.
 pub fn validate_spec(spec: &LLMScalerSpec) -> Vec<FieldError> {
+    validate_spec_with(spec, crate::policy::current())
+}
+
+/// [`validate_spec`] under an explicit operator policy: egress allow-list and metadata
+/// addresses for `spec.serverAddress`, refused `spec.serverHeaders` names, and the replica cap
+/// on `spec.maxReplicas` (`docs/security.md`).
+pub fn validate_spec_with(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Vec<FieldError> {
     let mut errors = Vec::new();
     validate_target_ref(spec, &mut errors);
-    validate_server(spec, &mut errors);
-    validate_bounds(spec, &mut errors);
+    validate_server(spec, policy, &mut errors);
+    validate_bounds(spec, policy, &mut errors);
     validate_provider(spec, &mut errors);
     validate_scale_down(spec, &mut errors);
     errors
@@ -168,7 +179,7 @@ fn is_version(raw: &str) -> bool {
     number.is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
 
-fn validate_server(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+fn validate_server(spec: &LLMScalerSpec, policy: &OperatorPolicy, errors: &mut Vec<FieldError>) {
     let address = spec.server_address.trim();
     if address.is_empty() {
         errors.push(FieldError::new(
@@ -177,7 +188,21 @@ fn validate_server(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
         ));
     } else {
         match url::Url::parse(address) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {}
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
+                if !url.username().is_empty() || url.password().is_some() {
+                    // The credentials are never echoed.
+                    errors.push(FieldError::new(
+                        "spec.serverAddress",
+                        "must not hold user info (`user:password@`); send credentials in a \
+                         serverHeaders entry, e.g. Authorization",
+                    ));
+                }
+                if let Some(host) = url.host_str()
+                    && let Err(why) = policy.egress.check_host(host)
+                {
+                    errors.push(FieldError::new("spec.serverAddress", why));
+                }
+            }
             Ok(url) => errors.push(FieldError::new(
                 "spec.serverAddress",
                 format!(
@@ -198,6 +223,12 @@ fn validate_server(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                 "is not a valid HTTP header name",
             ));
         }
+        if let Some(why) = policy.header_refusal(name) {
+            errors.push(FieldError::new(
+                format!("spec.serverHeaders[{name:?}]"),
+                why,
+            ));
+        }
         if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
             // The value itself is never echoed: it usually carries a token.
             errors.push(FieldError::new(
@@ -213,7 +244,18 @@ fn is_header_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-fn validate_bounds(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+fn validate_bounds(spec: &LLMScalerSpec, policy: &OperatorPolicy, errors: &mut Vec<FieldError>) {
+    if let Some(cap) = policy.max_replicas_cap
+        && spec.max_replicas > cap
+    {
+        errors.push(FieldError::new(
+            "spec.maxReplicas",
+            format!(
+                "{} is over the operator's replica cap {cap} (--max-replicas-cap)",
+                spec.max_replicas
+            ),
+        ));
+    }
     if spec.min_replicas < 0 {
         errors.push(FieldError::new(
             "spec.minReplicas",
@@ -258,6 +300,15 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                 errors.push(FieldError::new(
                     "spec.metrics",
                     "must list at least one {query, target} under the Prometheus provider",
+                ));
+            }
+            if metrics.len() > MAX_METRICS {
+                errors.push(FieldError::new(
+                    "spec.metrics",
+                    format!(
+                        "{} entries; at most {MAX_METRICS} (each is one request per sync)",
+                        metrics.len()
+                    ),
                 ));
             }
             let mut seen = std::collections::BTreeMap::new();

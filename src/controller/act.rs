@@ -238,7 +238,10 @@ pub async fn publish(ctx: &Context, scaler: &LLMScaler, events: &[EventSpec]) {
                 EventType::Normal
             },
             reason: spec.reason.as_str().to_owned(),
-            note: Some(spec.note.clone()),
+            note: Some(conditions::clean_message(
+                &spec.note,
+                conditions::EVENT_NOTE_MAX_BYTES,
+            )),
             action: spec.action.to_owned(),
             secondary: None,
         };

@@ -62,6 +62,9 @@ pub enum Error {
     /// The certificates could not be read from or written to their Secret.
     #[error("webhook certificates: {0}")]
     Certs(#[source] llmscaler_certs::Error),
+    /// The operator policy flags do not parse (`--allowed-server-addresses`, ...).
+    #[error("operator policy: {0}")]
+    Policy(String),
     /// Binding or serving the listen address failed.
     #[error("serving on {addr}: {source}")]
     Serve {
