@@ -64,6 +64,11 @@ fn hostile(prefix: &str, suffix: &str) -> Vec<u8> {
 
 /// Runs `decode` and returns the peak growth of live heap bytes over what was live before.
 fn peak_growth(decode: impl FnOnce()) -> usize {
+    // One measurement at a time: the counters are process-wide and tests run in parallel.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = CURRENT.load(Ordering::SeqCst);
     PEAK.store(before, Ordering::SeqCst);
     decode();
