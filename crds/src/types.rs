@@ -88,12 +88,20 @@ pub struct LLMScalerSpec {
     pub custom_provider: Option<CustomProvider>,
 
     /// Base URL of Prometheus (queries go to `{serverAddress}/api/v1/query`) or of the decision
-    /// server.
+    /// server: `http` or `https`, no user info. The operator's allow-list may restrict it
+    /// further (`docs/security.md#egress`).
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#@]+([/?#].*)?$')")
+        .message("serverAddress must be an http or https URL without user info"))]
     pub server_address: String,
 
     /// Extra HTTP headers sent verbatim on every metric request (e.g. `Authorization`). Values
-    /// are never logged.
+    /// are never logged. At most 32; hop-by-hop, routing and metadata headers are refused
+    /// (`docs/security.md#headers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new("self.all(k, size(k) <= 256 && !(k.lowerAscii() in ['host', 'range', 'if-range', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'expect', 'forwarded', 'via', 'x-real-ip', 'metadata', 'metadata-flavor']) && !k.lowerAscii().startsWith('x-forwarded-'))")
+        .message("serverHeaders must not set hop-by-hop, routing or metadata headers"))]
     pub server_headers: Option<BTreeMap<String, String>>,
 
     /// Lower bound on replicas, at least 0. 0 enables scale-to-zero.
@@ -136,10 +144,13 @@ pub struct LLMScalerSpec {
 #[serde(rename_all = "camelCase")]
 pub struct TargetRef {
     /// API version of the workload, e.g. `apps/v1` or `leaderworkerset.x-k8s.io/v1`.
+    #[schemars(length(min = 1, max = 253))]
     pub api_version: String,
     /// Kind of the workload, e.g. `Deployment`, `StatefulSet`, `LeaderWorkerSet`.
+    #[schemars(length(min = 1, max = 63))]
     pub kind: String,
     /// Name of the workload in the LLMScaler's namespace.
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
 
@@ -158,6 +169,7 @@ pub enum MetricProvider {
 #[serde(rename_all = "camelCase")]
 pub struct CustomProvider {
     /// Service identifier sent as the `serviceId` query parameter and matched in the reply.
+    #[schemars(length(min = 1, max = 253))]
     pub service_id: String,
     /// When set, the reply's decision must also match this namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,10 +188,12 @@ pub struct MetricSpec {
     pub name: Option<String>,
     /// PromQL instant query returning exactly one series (aggregate with `avg(...)` or
     /// `sum(...)`).
+    #[schemars(length(min = 1, max = 8192))]
     pub query: String,
     /// Target value per replica, a quoted plain number on the query's own scale (`"0.8"`
     /// against a 0-1 ratio, `"80"` against a 0-100 series). Finite and greater than zero; a `%`
     /// suffix is refused.
+    #[schemars(length(min = 1, max = 64))]
     pub target: String,
 }
 
