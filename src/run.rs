@@ -95,19 +95,24 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
     let telemetry = Arc::new(Metrics::new());
     let identity = args.identity.clone().unwrap_or_else(default_identity);
 
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
-        .await
+    let listener = std::net::TcpListener::bind(args.metrics_addr)
         .map_err(|e| RunError::Listen(args.metrics_addr, e))?;
     tracing::info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
     let router = telemetry::router(telemetry.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut http_stop = stop_rx.clone();
     let http = tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
+        // Hardened like the webhook listener (`docs/security.md#listeners`).
+        let served = llmscaler_webhooks::listener::serve_plain(
+            listener,
+            router,
+            llmscaler_webhooks::listener::METRICS_LIMITS,
+            async move {
                 let _ = http_stop.wait_for(|stop| *stop).await;
-            })
-            .await;
+            },
+            Duration::from_secs(5),
+        )
+        .await;
         if let Err(err) = served {
             tracing::error!(error = %err, "metrics server failed");
         }

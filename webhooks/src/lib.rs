@@ -11,6 +11,8 @@
 //! - [`server`]: the axum router (`POST /validate`, `POST /mutate`, `GET /healthz`), rustls
 //!   (TLS 1.2 and 1.3) with a certificate that can be swapped while serving
 //!   ([`server::CertResolver`]), and a poller that reloads it from files.
+//! - [`listener`]: timeouts and connection/stream limits shared by the webhook and the
+//!   operator's `/metrics` listener.
 //! - [`managed`]: the webhook as `llmscaler run` serves it, with certificates from
 //!   `llmscaler-certs` kept in a Secret and swapped in as they rotate ([`managed::run`]).
 //! - [`cli`]: `llmscaler webhook --listen ADDR --tls-cert-file F --tls-key-file F`, the server
@@ -20,6 +22,7 @@
 
 pub mod admission;
 pub mod cli;
+pub mod listener;
 pub mod managed;
 pub mod review;
 pub mod server;

@@ -245,7 +245,8 @@ fn into_response(reply: Reply) -> Response {
 }
 
 /// Serves [`router`] over TLS on `listener` until `shutdown` completes, then stops accepting
-/// and gives open requests [`SHUTDOWN_GRACE`] to finish.
+/// and gives open requests [`SHUTDOWN_GRACE`] to finish. The listener is hardened with
+/// [`crate::listener::WEBHOOK_LIMITS`] (`docs/security.md#listeners`).
 ///
 /// # Errors
 /// [`Error::Tls`] for a bad TLS configuration, [`Error::Serve`] when the listener fails.
@@ -271,10 +272,16 @@ pub async fn serve(
         shutdown.await;
         stopper.graceful_shutdown(Some(SHUTDOWN_GRACE));
     });
-    axum_server::from_tcp_rustls(listener, config)
+    let limits = crate::listener::WEBHOOK_LIMITS;
+    let server = axum_server::from_tcp_rustls(listener, config)
         .map_err(serve_error)?
+        .map(|acceptor| acceptor.handshake_timeout(limits.handshake));
+    crate::listener::configure(server, &limits)
         .handle(handle)
-        .serve(router().into_make_service())
+        .serve(crate::listener::ConnectionLimit::new(
+            crate::listener::with_body_timeout(router(), &limits),
+            &limits,
+        ))
         .await
         .map_err(serve_error)
 }
