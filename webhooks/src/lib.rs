@@ -5,6 +5,8 @@
 //!   `AdmissionRequest` to an `AdmissionResponse`, over the shared rules of `llmscaler-api`
 //!   ([`llmscaler_api::validation::parse_json_value`], [`llmscaler_api::validate_spec`],
 //!   [`llmscaler_api::spec_warnings`], [`llmscaler_api::apply_defaults`]).
+//! - [`access`]: the `SubjectAccessReview` that denies a scaler whose author may not scale its
+//!   target (no confused deputy).
 //! - [`review`]: one HTTP request body to one HTTP response (status code and JSON body): the
 //!   `AdmissionReview` envelope checks (only `admission.k8s.io/v1`), size and content-type
 //!   limits, and well-formed errors for garbage.
@@ -20,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod admission;
 pub mod cli;
 pub mod listener;
