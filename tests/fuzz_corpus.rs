@@ -13,7 +13,9 @@ use llmscaler_webhooks::review::{Endpoint, handle};
 const MUTATIONS: usize = 400;
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.expect("entry").path())
@@ -46,8 +48,24 @@ impl Rng {
 }
 
 const TOKENS: &[&[u8]] = &[
-    b"{", b"}", b"[", b"]", b",", b":", b"\"", b"null", b"-1", b"1e999", b"\"NaN\"", b"{}",
-    b"[{},{}]", b"\"pod\"", b"\"vector\"", b"\"scalar\"", b"\\u0000", b"\xff",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"\"",
+    b"null",
+    b"-1",
+    b"1e999",
+    b"\"NaN\"",
+    b"{}",
+    b"[{},{}]",
+    b"\"pod\"",
+    b"\"vector\"",
+    b"\"scalar\"",
+    b"\\u0000",
+    b"\xff",
 ];
 
 fn mutate(seed: &[u8], rng: &mut Rng, others: &[Vec<u8>]) -> Vec<u8> {

@@ -119,6 +119,8 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "RoleBinding",
             "Service",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
     );
@@ -161,6 +163,8 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "Role",
             "RoleBinding",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
     );

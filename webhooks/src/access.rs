@@ -62,7 +62,11 @@ pub struct Check {
 pub fn needed(body: &[u8]) -> Option<Check> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
     let request = review.request?;
-    if request.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+    if request
+        .sub_resource
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+    {
         return None;
     }
     let new = serde_json::to_value(request.object.as_ref()?).ok()?;
@@ -80,7 +84,13 @@ pub fn needed(body: &[u8]) -> Option<Check> {
         }
         _ => return None,
     }
-    let field = |key: &str| target.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+    let field = |key: &str| {
+        target
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
     let user = request.user_info;
     Some(Check {
         user: user.username.unwrap_or_default(),
@@ -257,7 +267,12 @@ mod tests {
     fn create_and_target_changes_need_a_check_other_updates_do_not() {
         let check = needed(&review("CREATE", None)).expect("create");
         assert_eq!(
-            (check.user.as_str(), check.namespace.as_str(), check.kind.as_str(), check.name.as_str()),
+            (
+                check.user.as_str(),
+                check.namespace.as_str(),
+                check.kind.as_str(),
+                check.name.as_str()
+            ),
             ("alice", "t", "Deployment", "vllm")
         );
         assert_eq!(check.groups, vec!["dev"]);
