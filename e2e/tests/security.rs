@@ -33,10 +33,8 @@ fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<Result<String, 
         .stderr(std::process::Stdio::piped())
         .spawn()
         .context("starting kubectl")?;
-    if let Some(mut input) = child.stdin.take() {
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes())?;
-        }
+    if let (Some(mut input), Some(text)) = (child.stdin.take(), stdin) {
+        input.write_all(text.as_bytes())?;
     }
     let out = child.wait_with_output()?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

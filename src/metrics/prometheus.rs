@@ -128,7 +128,7 @@ struct Data<'a> {
 }
 
 /// A JSON string's value when `raw` is a plain string without escapes, else `None`.
-fn plain_str<'a>(raw: Option<&'a RawValue>) -> Option<&'a str> {
+fn plain_str(raw: Option<&RawValue>) -> Option<&str> {
     let text = raw?.get();
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
     (!inner.contains('\\')).then_some(inner)
