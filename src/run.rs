@@ -87,7 +87,9 @@ pub enum RunError {
 /// [`RunError`] when the client, the listener or the Lease cannot be set up, or when the
 /// controller or leader election dies.
 pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
-    args.policy.install().map_err(RunError::Policy)?;
+    args.policy
+        .install(Some(&args.namespace))
+        .map_err(RunError::Policy)?;
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;

@@ -234,6 +234,11 @@ pub struct OperatorPolicy {
     pub allow_tenant_header: bool,
     /// Upper bound on `spec.maxReplicas`, replicas; `None` = no bound beyond int32.
     pub max_replicas_cap: Option<i32>,
+    /// `--restrict-secret-access` (KEDA's flag of the same name): `serverHeadersFrom` is
+    /// accepted only for scalers in the operator's own namespace ([`Self::operator_namespace`]).
+    pub restrict_secret_access: bool,
+    /// The operator's namespace, for [`Self::restrict_secret_access`].
+    pub operator_namespace: Option<String>,
 }
 
 impl OperatorPolicy {

@@ -104,6 +104,13 @@ pub struct LLMScalerSpec {
         .message("serverHeaders must not set hop-by-hop, routing or metadata headers"))]
     pub server_headers: Option<BTreeMap<String, String>>,
 
+    /// Extra HTTP headers whose values come from Secrets in the LLMScaler's own namespace,
+    /// read at every sync (a rotated Secret is used at the next sync, no restart). Values are
+    /// never logged or shown in status or Events. At most 16 (`docs/security.md#credentials`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub server_headers_from: Option<Vec<HeaderFromSecret>>,
+
     /// Lower bound on replicas, at least 0. 0 enables scale-to-zero.
     #[schemars(range(min = 0, max = 2147483647))]
     pub min_replicas: i32,
@@ -137,6 +144,29 @@ pub struct LLMScalerSpec {
     /// Accepted for compatibility with the reference operator; has no effect (admission warns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<Preemption>,
+}
+
+/// One `serverHeadersFrom` entry: a header whose value is a Secret key.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderFromSecret {
+    /// The HTTP header name, e.g. `Authorization`.
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    /// The Secret key holding the value, in the LLMScaler's namespace.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the LLMScaler's own namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key in its `data`.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
 }
 
 /// Reference to the scaled workload (no namespace: always the LLMScaler's own).

@@ -373,3 +373,139 @@ async fn the_crd_schema_refuses_what_it_can_without_the_webhook() -> anyhow::Res
     ns.delete().await?;
     Ok(())
 }
+
+/// A decision server that answers `active` only to `Authorization: Bearer <token>` (401
+/// otherwise), with the token changeable during the test.
+async fn guarded_decision_server(
+    namespace: String,
+    token: std::sync::Arc<std::sync::Mutex<String>>,
+    active: i32,
+) -> anyhow::Result<String> {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    let router = axum::Router::new().route(
+        "/decisions",
+        axum::routing::get(move |headers: HeaderMap| {
+            let (token, namespace) = (token.clone(), namespace.clone());
+            async move {
+                let want = format!(
+                    "Bearer {}",
+                    token.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+                );
+                let got = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                if got != want {
+                    return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
+                }
+                axum::Json(json!({
+                    "apiVersion": "llmscaling.inference.x-k8s.io/v1alpha1",
+                    "decisions": [{"namespace": namespace, "serviceId": "llama", "replicas": {"active": active}}]
+                }))
+                .into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(format!("http://{addr}"))
+}
+
+fn secret(namespace: &str, token: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "decision-token", "namespace": namespace},
+        "stringData": {"token": token}})
+}
+
+#[tokio::test]
+#[ignore = "needs e2e/cluster up"]
+async fn header_values_come_from_a_secret_and_follow_its_rotation() -> anyhow::Result<()> {
+    use llmscaler_e2e::fixture::{World, deployment_ref};
+    let minute = Duration::from_secs(60);
+    let mut world = World::new("secret-header").await?;
+    let namespace = world.namespace().to_string();
+    world.create_deployment("vllm", 1).await?;
+    let token = std::sync::Arc::new(std::sync::Mutex::new("first-t0ken".to_string()));
+    let url = guarded_decision_server(namespace.clone(), token.clone(), 3).await?;
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(&secret(&namespace, "Bearer first-t0ken").to_string()),
+    )?
+    .map_err(|e| anyhow::anyhow!("secret: {e}"))?;
+    // The namespace owner lets the operator read exactly this Secret (docs/security.md).
+    let service_account = Rbac::service_account(&namespace);
+    let grant = json!([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "llmscaler-reads-decision-token", "namespace": namespace},
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["decision-token"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "llmscaler-reads-decision-token", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "llmscaler-reads-decision-token"},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]}
+    ]);
+    for object in grant.as_array().context("grant")? {
+        kubectl(&["apply", "-f", "-"], Some(&object.to_string()))?
+            .map_err(|e| anyhow::anyhow!("grant: {e}"))?;
+    }
+    world
+        .create_scaler(
+            "chat",
+            json!({
+                "targetRef": deployment_ref("vllm"),
+                "metricProvider": "Custom",
+                "customProvider": {"serviceId": "llama"},
+                "serverAddress": url,
+                "serverHeadersFrom": [{"name": "Authorization", "secretKeyRef": {"name": "decision-token", "key": "token"}}],
+                "minReplicas": 1,
+                "maxReplicas": 5,
+                "syncPeriodSeconds": 1,
+            }),
+        )
+        .await?;
+    world.start_operator("secret-0", &[]).await?;
+    world.wait_replicas("vllm", 3, minute).await?;
+
+    // Rotation: the server now accepts only the new token; the Secret is updated; no restart.
+    *token
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = "second-t0ken".to_string();
+    let held = world
+        .wait_condition("chat", "ScalingActive", "False", "HTTP 401", minute)
+        .await?;
+    println!("old token refused: {held}");
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(&secret(&namespace, "Bearer second-t0ken").to_string()),
+    )?
+    .map_err(|e| anyhow::anyhow!("rotate: {e}"))?;
+    let active = world
+        .wait_condition("chat", "ScalingActive", "True", "", minute)
+        .await?;
+    println!("after rotation: {active}");
+    // The token never shows in the scaler, its Events or the operator's log.
+    let scaler = world.scaler("chat").await?.to_string();
+    let events = kubectl(
+        &[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            &namespace,
+            "-o",
+            "json",
+        ],
+        None,
+    )?
+    .unwrap_or_default();
+    let logs = world.operator_logs();
+    for (what, text) in [("status", &scaler), ("events", &events), ("log", &logs)] {
+        ensure!(
+            !text.contains("t0ken"),
+            "a token value appears in the {what}"
+        );
+    }
+    world.finish().await
+}

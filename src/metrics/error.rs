@@ -251,6 +251,22 @@ pub enum MetricError {
         reason: String,
     },
 
+    /// A `serverHeadersFrom` Secret key could not be read (`docs/security.md#credentials`).
+    /// Names the header, the Secret and the key; never the value.
+    #[error(
+        "serverHeadersFrom `{header}`: key `{key}` of Secret `{secret}` cannot be read: {reason}"
+    )]
+    SecretHeader {
+        /// The header name.
+        header: String,
+        /// The Secret's name (in the scaler's namespace).
+        secret: String,
+        /// The key.
+        key: String,
+        /// Why: not found, forbidden, no such key, not a valid header value.
+        reason: String,
+    },
+
     /// Too many metric requests in flight in the whole process (`docs/security.md#memory`):
     /// the request waited for a slot until its timeout.
     #[error("{} request for {subject} found no free request slot within {seconds}s", subject.source_name())]
@@ -329,7 +345,7 @@ impl MetricError {
     /// A short, stable label for the error's kind, for metrics and logs: `client`,
     /// `invalid_config`, `timeout`, `transport`, `http_status`, `query_error`, `decode`,
     /// `no_data`, `multiple_series`, `not_measurable`, `bad_reply`, `no_decision`,
-    /// `ambiguous_decision`, `bad_replicas`, `egress_refused`, `busy`.
+    /// `ambiguous_decision`, `bad_replicas`, `egress_refused`, `secret_header`, `busy`.
     pub fn kind(&self) -> &'static str {
         match self {
             MetricError::Client { .. } => "client",
@@ -349,6 +365,7 @@ impl MetricError {
             MetricError::AmbiguousDecision { .. } => "ambiguous_decision",
             MetricError::BadReplicas { .. } => "bad_replicas",
             MetricError::Egress { .. } => "egress_refused",
+            MetricError::SecretHeader { .. } => "secret_header",
             MetricError::Busy { .. } => "busy",
         }
     }
@@ -378,6 +395,7 @@ impl MetricError {
             MetricError::AmbiguousDecision { .. } => "AmbiguousDecision",
             MetricError::BadReplicas { .. } => "BadDecisionReplicas",
             MetricError::Egress { .. } => "MetricEgressRefused",
+            MetricError::SecretHeader { .. } => "MetricSecretUnreadable",
             MetricError::Busy { .. } => "MetricBusy",
         }
     }

@@ -31,7 +31,7 @@ pub use decision::{
 };
 pub use error::{MetricError, Subject, media_type};
 pub use prometheus::{PrometheusSource, decode_instant_body, decode_per_pod_body};
-pub use source::{MetricSource, Readings};
+pub use source::{MetricSource, Readings, secret_headers};
 
 /// Default per-request timeout for metric requests: 5 seconds (spec §3).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);

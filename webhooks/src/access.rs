@@ -54,6 +54,12 @@ pub struct Check {
     pub kind: String,
     /// `spec.targetRef.name`.
     pub name: String,
+    /// Whether the target must be checked (create, or `targetRef` changed).
+    pub target: bool,
+    /// Secrets named by `serverHeadersFrom` that are new in this request: the user must be
+    /// allowed to `get` each (else a scaler would send a Secret they cannot read to a server
+    /// they choose).
+    pub secrets: Vec<String>,
 }
 
 /// The check a validated review needs, if any: on CREATE, and on UPDATE when `spec.targetRef`
@@ -71,18 +77,34 @@ pub fn needed(body: &[u8]) -> Option<Check> {
     }
     let new = serde_json::to_value(request.object.as_ref()?).ok()?;
     let target = new.pointer("/spec/targetRef")?;
-    match request.operation {
-        Operation::Create => {}
-        Operation::Update => {
-            let old = request
-                .old_object
-                .as_ref()
-                .and_then(|o| serde_json::to_value(o).ok());
-            if old.as_ref().and_then(|o| o.pointer("/spec/targetRef")) == Some(target) {
-                return None;
-            }
-        }
+    let old = match request.operation {
+        Operation::Create => None,
+        Operation::Update => request
+            .old_object
+            .as_ref()
+            .and_then(|o| serde_json::to_value(o).ok()),
         _ => return None,
+    };
+    let target_changed = old.as_ref().and_then(|o| o.pointer("/spec/targetRef")) != Some(target);
+    let secret_names = |object: Option<&Value>| -> Vec<String> {
+        object
+            .and_then(|o| o.pointer("/spec/serverHeadersFrom"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.pointer("/secretKeyRef/name").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect()
+    };
+    let before = secret_names(old.as_ref());
+    let mut secrets: Vec<String> = secret_names(Some(&new))
+        .into_iter()
+        .filter(|s| !before.contains(s))
+        .collect();
+    secrets.sort();
+    secrets.dedup();
+    if !target_changed && secrets.is_empty() {
+        return None;
     }
     let field = |key: &str| {
         target
@@ -101,6 +123,8 @@ pub fn needed(body: &[u8]) -> Option<Check> {
         api_version: field("apiVersion"),
         kind: field("kind"),
         name: field("name"),
+        target: target_changed,
+        secrets,
     })
 }
 
@@ -131,6 +155,28 @@ impl TargetAccess {
     /// `Ok(None)` when allowed, `Ok(Some(why))` when refused, `Err(why)` when the review could
     /// not be made.
     async fn review(&self, check: &Check) -> Result<Option<String>, String> {
+        for secret in &check.secrets {
+            let attributes = ResourceAttributes {
+                namespace: Some(check.namespace.clone()),
+                verb: Some("get".to_owned()),
+                group: Some(String::new()),
+                version: Some("v1".to_owned()),
+                resource: Some("secrets".to_owned()),
+                name: Some(secret.clone()),
+                ..ResourceAttributes::default()
+            };
+            if !self.allowed(check, attributes).await? {
+                return Ok(Some(format!(
+                    "spec.serverHeadersFrom: {} may not get secrets {secret:?} in namespace {:?}; \
+                     a scaler may only send a Secret its author may read",
+                    shown_user(check),
+                    check.namespace
+                )));
+            }
+        }
+        if !check.target {
+            return Ok(None);
+        }
         let (group, version) = match check.api_version.split_once('/') {
             Some((group, version)) => (group.to_owned(), version.to_owned()),
             None => (String::new(), check.api_version.clone()),
@@ -149,40 +195,17 @@ impl TargetAccess {
                     check.api_version
                 )
             })?;
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(check.user.clone()),
-                groups: Some(check.groups.clone()),
-                uid: check.uid.clone(),
-                extra: Some(check.extra.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    namespace: Some(check.namespace.clone()),
-                    verb: Some("update".to_owned()),
-                    group: Some(group.clone()),
-                    version: Some(version),
-                    resource: Some(resource.plural.clone()),
-                    subresource: Some("scale".to_owned()),
-                    name: Some(check.name.clone()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SubjectAccessReviewSpec::default()
-            },
-            ..SubjectAccessReview::default()
+        let attributes = ResourceAttributes {
+            namespace: Some(check.namespace.clone()),
+            verb: Some("update".to_owned()),
+            group: Some(group.clone()),
+            version: Some(version),
+            resource: Some(resource.plural.clone()),
+            subresource: Some("scale".to_owned()),
+            name: Some(check.name.clone()),
+            ..ResourceAttributes::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|err| {
-                tracing::warn!(error = %err, "SubjectAccessReview failed");
-                format!(
-                    "spec.targetRef: cannot check that {} may scale {} {:?}: the access review failed",
-                    shown_user(check),
-                    check.kind,
-                    check.name
-                )
-            })?;
-        if answer.status.is_some_and(|s| s.allowed) {
+        if self.allowed(check, attributes).await? {
             Ok(None)
         } else {
             let resource_name = if group.is_empty() {
@@ -198,6 +221,35 @@ impl TargetAccess {
                 check.namespace
             )))
         }
+    }
+}
+
+impl TargetAccess {
+    /// One `SubjectAccessReview` for the requesting user on `attributes`.
+    async fn allowed(&self, check: &Check, attributes: ResourceAttributes) -> Result<bool, String> {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(check.user.clone()),
+                groups: Some(check.groups.clone()),
+                uid: check.uid.clone(),
+                extra: Some(check.extra.clone()),
+                resource_attributes: Some(attributes),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|err| {
+                tracing::warn!(error = %err, "SubjectAccessReview failed");
+                format!(
+                    "cannot check the access of {}: the access review failed",
+                    shown_user(check)
+                )
+            })?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
     }
 }
 

@@ -28,14 +28,21 @@ pub struct PolicyArgs {
     /// Upper bound on any scaler's `spec.maxReplicas`, replicas.
     #[arg(long)]
     pub max_replicas_cap: Option<i32>,
+    /// Accept `serverHeadersFrom` (header values from Secrets) only for scalers in the
+    /// operator's own namespace (KEDA's `--restrict-secret-access`).
+    #[arg(long)]
+    pub restrict_secret_access: bool,
 }
 
 impl PolicyArgs {
-    /// The policy these flags describe.
+    /// The policy these flags describe, for an operator in `operator_namespace`.
     ///
     /// # Errors
     /// A message naming an allow-list entry that does not parse, or a negative cap.
-    pub fn policy(&self) -> Result<llmscaler_api::OperatorPolicy, String> {
+    pub fn policy(
+        &self,
+        operator_namespace: Option<&str>,
+    ) -> Result<llmscaler_api::OperatorPolicy, String> {
         if let Some(cap) = self.max_replicas_cap
             && cap < 0
         {
@@ -45,6 +52,8 @@ impl PolicyArgs {
             egress: llmscaler_api::policy::EgressPolicy::parse(&self.allowed_server_addresses)?,
             allow_tenant_header: self.allow_tenant_header,
             max_replicas_cap: self.max_replicas_cap,
+            restrict_secret_access: self.restrict_secret_access,
+            operator_namespace: operator_namespace.map(str::to_owned),
         })
     }
 
@@ -53,8 +62,8 @@ impl PolicyArgs {
     ///
     /// # Errors
     /// As [`PolicyArgs::policy`].
-    pub fn install(&self) -> Result<(), String> {
-        let policy = self.policy()?;
+    pub fn install(&self, operator_namespace: Option<&str>) -> Result<(), String> {
+        let policy = self.policy(operator_namespace)?;
         if !llmscaler_api::policy::install(policy.clone())
             && llmscaler_api::policy::current() != &policy
         {
@@ -95,7 +104,7 @@ pub async fn serve(
     args: &WebhookArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    args.policy.install().map_err(Error::Policy)?;
+    args.policy.install(None).map_err(Error::Policy)?;
     let (cert, key) = server::read_pair(&args.tls_cert_file, &args.tls_key_file).await?;
     let resolver = CertResolver::new();
     resolver.set(std::sync::Arc::new(server::certified_key_from_pem(
