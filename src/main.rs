@@ -42,7 +42,7 @@ enum Command {
     /// and clear llmscaler's pod-deletion-cost marks on its pods, so another tool can take over.
     Release(llmscaler::release::ReleaseArgs),
     /// Run the operator: the controller behind a Lease, and the metrics endpoints.
-    Run(llmscaler::run::RunArgs),
+    Run(Box<llmscaler::run::RunArgs>),
     /// Serve the admission webhook alone (no cluster) with a certificate and key from files,
     /// reloaded when they change.
     Webhook(llmscaler_webhooks::cli::WebhookArgs),
@@ -90,7 +90,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => llmscaler::convert::run(&args),
         Command::Release(args) => llmscaler::release::run(&args),
         Command::Run(args) => process::run(cli.log_format, |shutdown| {
-            llmscaler::run::run(args, shutdown)
+            llmscaler::run::run(*args, shutdown)
         }),
         Command::Webhook(args) => process::run(cli.log_format, |shutdown| async move {
             llmscaler_webhooks::cli::serve(&args, shutdown.wait()).await

@@ -47,6 +47,9 @@ pub struct RunArgs {
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// The operator-wide policy (`docs/security.md`), enforced by admission and the controller.
+    #[command(flatten)]
+    pub policy: llmscaler_webhooks::cli::PolicyArgs,
     /// The admission webhook and its certificates (ignored with `--no-webhook`).
     #[command(flatten)]
     pub webhook: llmscaler_webhooks::managed::ManagedArgs,
@@ -77,6 +80,9 @@ pub enum RunError {
     /// The admission webhook failed (certificates or serving).
     #[error("admission webhook: {0}")]
     Webhook(#[source] llmscaler_webhooks::Error),
+    /// The operator policy flags do not parse.
+    #[error("operator policy: {0}")]
+    Policy(String),
 }
 
 /// Runs the operator until `shutdown` (SIGTERM / Ctrl-C).
@@ -85,6 +91,9 @@ pub enum RunError {
 /// [`RunError`] when the client, the listener or the Lease cannot be set up, or when the
 /// controller or leader election dies.
 pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
+    args.policy
+        .install(Some(&args.namespace))
+        .map_err(RunError::Policy)?;
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
@@ -92,19 +101,24 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
     let telemetry = Arc::new(Metrics::new());
     let identity = args.identity.clone().unwrap_or_else(default_identity);
 
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
-        .await
+    let listener = std::net::TcpListener::bind(args.metrics_addr)
         .map_err(|e| RunError::Listen(args.metrics_addr, e))?;
     tracing::info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
     let router = telemetry::router(telemetry.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut http_stop = stop_rx.clone();
     let http = tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
+        // Hardened like the webhook listener (`docs/security.md#listeners`).
+        let served = llmscaler_webhooks::listener::serve_plain(
+            listener,
+            router,
+            llmscaler_webhooks::listener::METRICS_LIMITS,
+            async move {
                 let _ = http_stop.wait_for(|stop| *stop).await;
-            })
-            .await;
+            },
+            Duration::from_secs(5),
+        )
+        .await;
         if let Err(err) = served {
             tracing::error!(error = %err, "metrics server failed");
         }

@@ -237,7 +237,8 @@ async fn probe_holds_when_the_decision_server_fails() {
         json!({
             "metrics": [{"name": "decision", "value": null, "desired": null,
                          "error": format!("decision server at {}/decisions answered HTTP 503 for \
-                                          serviceId `llama-8b`: overloaded", server.url())}],
+                                          serviceId `llama-8b` (content-type `text/plain`, 10 \
+                                          bytes; body not shown)", server.url())}],
             "desired": null,
             "hold": true
         })

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use llmscaler::metrics::{MetricError, MetricsClient};
 use support::{
-    HangingServer, Prometheus, init, prometheus_source, start_bearer_proxy, start_exporter,
+    HangingServer, Prometheus, TestServer, init, prometheus_source, start_bearer_proxy,
+    start_exporter,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,21 +84,20 @@ async fn real_prometheus_queries() {
         0.5
     );
 
-    // Unaggregated: two series, both label sets named, told to aggregate.
+    // Unaggregated: two series; the count and the label names that differ, never a value
+    // (`docs/security.md#messages`).
     let query = "vllm:num_requests_waiting";
     let err = expect_err(source.query(query).await, query);
     assert_eq!(err.kind(), "multiple_series");
-    let target = exporter.addr;
     assert_eq!(
         err.to_string(),
-        format!(
-            "Prometheus query `vllm:num_requests_waiting` returned 2 series, expected exactly \
-             one: vllm:num_requests_waiting{{app=\"vllm\", instance=\"{target}\", job=\"vllm\", \
-             namespace=\"llm\", pod=\"vllm-a\"}} and vllm:num_requests_waiting{{app=\"vllm\", \
-             instance=\"{target}\", job=\"vllm\", namespace=\"llm\", pod=\"vllm-b\"}}; aggregate \
-             it, e.g. wrap it in avg(...) or sum(...)"
-        )
+        "Prometheus query `vllm:num_requests_waiting` returned 2 series, expected exactly one; \
+         they differ in `pod`: aggregate over it, e.g. sum without (pod) (...) or avg(...)"
     );
+    // count_values turns every value into a label value: still only names come back.
+    let query = "count_values(\"leak\", vllm:num_requests_waiting)";
+    let err = expect_err(source.query(query).await, query);
+    assert!(!err.to_string().contains("vllm-a"), "{err}");
 
     // histogram_quantile over an empty histogram is NaN: not measurable, never 0.
     let query =
@@ -125,18 +125,16 @@ async fn real_prometheus_queries() {
          metric is skipped, not read as 0"
     );
 
-    // A syntax error surfaces Prometheus' own message, with the HTTP status and the query.
+    // A syntax error gives the HTTP status, Prometheus' errorType and the query; its text
+    // (which can quote label values) stays in the operator's debug log.
     let query = "avg(vllm:num_requests_waiting";
     let err = expect_err(source.query(query).await, query);
     assert_eq!(err.kind(), "query_error");
-    let text = err.to_string();
-    assert!(
-        text.starts_with(
-            "Prometheus rejected query `avg(vllm:num_requests_waiting` (HTTP 400, bad_data): "
-        ),
-        "{text}"
+    assert_eq!(
+        err.to_string(),
+        "Prometheus rejected query `avg(vllm:num_requests_waiting` (HTTP 400, bad_data); its \
+         error text is in the operator's debug log"
     );
-    assert!(text.contains("parse error"), "{text}");
 
     // A range vector (matrix) is refused.
     let query = "vllm:kv_cache_usage_perc{pod=\"vllm-a\"}[1m]";
@@ -168,7 +166,7 @@ async fn real_prometheus_queries() {
     assert_eq!(err.kind(), "bad_reply");
     assert!(
         err.to_string()
-            .contains("series {namespace=\"llm\"} has no `pod` label"),
+            .contains("a series has no `pod` label (its labels: namespace)"),
         "{err}"
     );
     let query = "sum by (pod) (vllm:no_such_metric)";
@@ -216,7 +214,8 @@ async fn prometheus_behind_bearer_token_proxy() {
             err.to_string(),
             format!(
                 "Prometheus at {}/api/v1/query answered HTTP 401 for query \
-                 `avg(vllm:num_requests_waiting)`: Unauthorized",
+                 `avg(vllm:num_requests_waiting)` (content-type `text/plain`, 13 bytes; body \
+                 not shown)",
                 proxy.url()
             ),
             "{label}"
@@ -272,4 +271,42 @@ async fn hanging_prometheus_does_not_delay_others() {
         slow_elapsed >= slow_timeout && slow_elapsed < slow_timeout + Duration::from_secs(2),
         "timeout fired after {slow_elapsed:?}"
     );
+}
+
+/// Issue 11 (`docs/security.md#egress`): a 3xx is an error naming the status; the redirect is
+/// never followed (here to a second server that counts requests), and nothing of the body is
+/// shown.
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    init();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let elsewhere = TestServer::start(axum::Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { "internal" }
+    }))
+    .await;
+    let location = format!("{}/secret", elsewhere.url());
+    let redirecting = TestServer::start(axum::Router::new().fallback(move || {
+        let location = location.clone();
+        async move {
+            (
+                axum::http::StatusCode::FOUND,
+                [(axum::http::header::LOCATION, location)],
+                "moved to the internal host",
+            )
+        }
+    }))
+    .await;
+    let client = MetricsClient::new().expect("client");
+    let source = prometheus_source(&client, &redirecting.url(), &[], TIMEOUT);
+    let err = expect_err(source.query("up").await, "redirect");
+    assert_eq!(err.kind(), "http_status");
+    let text = err.to_string();
+    assert!(text.contains("answered HTTP 302"), "{text}");
+    assert!(text.contains("redirects are not followed"), "{text}");
+    assert!(!text.contains("internal host"), "{text}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the redirect was followed");
 }

@@ -460,3 +460,72 @@ fn the_tolerance_band_keeps_the_fleet_inside_it() {
          15,4,5,5,scale_up,ScaledUp,0.6\n"
     );
 }
+
+fn two_metrics(min: i32, max: i32) -> String {
+    format!(
+        "{HEADER}  minReplicas: {min}\n  maxReplicas: {max}\n  metrics:\n  - {{name: a, query: avg(a), target: \"0.8\"}}\n  - {{name: b, query: avg(b), target: \"0.8\"}}\n"
+    )
+}
+
+#[test]
+fn row_one_metric_unmeasurable_never_lowers() {
+    // ready 10, a unmeasurable (empty, NaN, negative), b recommends ceil(10 × 0.56 / 0.8) = 7:
+    // stays 10; once a reads again (0.1 → 2), the fleet comes down to 7.
+    let out = ok(
+        &two_metrics(1, 20),
+        "t,a,b\n0,,0.56\n15,NaN,0.56\n30,-1,0.56\n45,0.1,0.56\n",
+        &["--initial-replicas", "10"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,a,b\n\
+         0,10,10,10,none,MetricsUnavailable,,0.56\n\
+         15,10,10,10,none,MetricsUnavailable,NaN,0.56\n\
+         30,10,10,10,none,MetricsUnavailable,-1,0.56\n\
+         45,10,7,7,scale_down,ScaledDown,0.1,0.56\n"
+    );
+}
+
+#[test]
+fn row_one_metric_unmeasurable_still_raises() {
+    let out = ok(
+        &two_metrics(1, 10),
+        "t,a,b\n0,0.9,\n",
+        &["--initial-replicas", "3"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,a,b\n0,3,4,4,scale_up,ScaledUp,0.9,\n"
+    );
+}
+
+#[test]
+fn row_negative_value_holds() {
+    let out = ok(
+        &one_metric(1, 10, ""),
+        "t,queue\n0,-0.5\n",
+        &["--initial-replicas", "4"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,queue\n0,4,4,4,none,MetricsUnavailable,-0.5\n"
+    );
+}
+
+#[test]
+fn row_window_never_holds_above_max() {
+    // Window 300 s, the fleet starts at 8 above maxReplicas 5 with a high reading: 5 at once,
+    // and the window (which only ever saw 5) keeps it there, never above.
+    let scaler = one_metric(1, 5, "  scaleDown: {stabilizationWindowSeconds: 300}\n");
+    let out = ok(
+        &scaler,
+        "t,queue\n0,4\n15,4\n",
+        &["--initial-replicas", "8"],
+    );
+    assert_eq!(
+        out,
+        "t,ready,desired,replicas,action,reason,queue\n\
+         0,8,5,5,scale_down,ScaledDown,4\n\
+         15,5,5,5,none,Steady,4\n"
+    );
+}

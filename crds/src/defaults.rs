@@ -49,6 +49,7 @@ mod tests {
             custom_provider: None,
             server_address: "http://prometheus:9090".into(),
             server_headers: None,
+            server_headers_from: None,
             min_replicas: 1,
             max_replicas: 5,
             metrics: None,

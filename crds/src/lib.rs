@@ -5,6 +5,7 @@
 
 pub mod defaults;
 pub mod names;
+pub mod policy;
 pub mod schedule;
 pub mod types;
 pub mod validation;
@@ -12,10 +13,11 @@ pub mod validation;
 use kube::CustomResourceExt;
 
 pub use defaults::apply_defaults;
+pub use policy::OperatorPolicy;
 pub use types::*;
 pub use validation::{
     FieldError, ValidationErrors, check_spec, parse_target, parse_threshold, parse_tolerance,
-    validate_spec,
+    validate_spec, validate_spec_with,
 };
 
 /// The CustomResourceDefinition of [`LLMScaler`] as YAML, exactly as committed in

@@ -88,35 +88,53 @@ pub struct LLMScalerSpec {
     pub custom_provider: Option<CustomProvider>,
 
     /// Base URL of Prometheus (queries go to `{serverAddress}/api/v1/query`) or of the decision
-    /// server.
+    /// server: `http` or `https`, no user info. The operator's allow-list may restrict it
+    /// further (`docs/security.md#egress`).
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#@]+([/?#].*)?$')")
+        .message("serverAddress must be an http or https URL without user info"))]
     pub server_address: String,
 
     /// Extra HTTP headers sent verbatim on every metric request (e.g. `Authorization`). Values
-    /// are never logged.
+    /// are never logged. At most 32; hop-by-hop, routing and metadata headers are refused
+    /// (`docs/security.md#headers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new("self.all(k, size(k) <= 256 && !(k.lowerAscii() in ['host', 'range', 'if-range', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'expect', 'forwarded', 'via', 'x-real-ip', 'metadata', 'metadata-flavor']) && !k.lowerAscii().startsWith('x-forwarded-'))")
+        .message("serverHeaders must not set hop-by-hop, routing or metadata headers"))]
     pub server_headers: Option<BTreeMap<String, String>>,
 
+    /// Extra HTTP headers whose values come from Secrets in the LLMScaler's own namespace,
+    /// read at every sync (a rotated Secret is used at the next sync, no restart). Values are
+    /// never logged or shown in status or Events. At most 16 (`docs/security.md#credentials`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub server_headers_from: Option<Vec<HeaderFromSecret>>,
+
     /// Lower bound on replicas, at least 0. 0 enables scale-to-zero.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub min_replicas: i32,
 
     /// Upper bound on replicas, at least 0. 0 pins the fleet at zero.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub max_replicas: i32,
 
     /// PromQL queries, each returning exactly one series, with a target value per replica. The
-    /// largest recommendation across entries wins. Required (non-empty) under `Prometheus`.
+    /// largest recommendation across entries wins. Required (non-empty) under `Prometheus`;
+    /// at most 16 entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
     pub metrics: Option<Vec<MetricSpec>>,
 
-    /// Seconds between evaluations. Default 15.
+    /// Seconds between evaluations, at least 1 (at most 16 requests per second per scaler,
+    /// under the operator's process-wide request limit). Default 15.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub sync_period_seconds: Option<i32>,
 
     /// Seconds before the next attempt when the target is missing or a sync fails. Default 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub retry_period_seconds: Option<i32>,
 
     /// Damping of scale-down and cache-aware choice of the pods removed.
@@ -151,15 +169,41 @@ pub struct LLMScalerSpec {
     pub preemption: Option<Preemption>,
 }
 
+/// One `serverHeadersFrom` entry: a header whose value is a Secret key.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderFromSecret {
+    /// The HTTP header name, e.g. `Authorization`.
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    /// The Secret key holding the value, in the LLMScaler's namespace.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the LLMScaler's own namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key in its `data`.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
 /// Reference to the scaled workload (no namespace: always the LLMScaler's own).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetRef {
     /// API version of the workload, e.g. `apps/v1` or `leaderworkerset.x-k8s.io/v1`.
+    #[schemars(length(min = 1, max = 253))]
     pub api_version: String,
     /// Kind of the workload, e.g. `Deployment`, `StatefulSet`, `LeaderWorkerSet`.
+    #[schemars(length(min = 1, max = 63))]
     pub kind: String,
     /// Name of the workload in the LLMScaler's namespace.
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
 
@@ -180,6 +224,7 @@ pub enum MetricProvider {
 #[serde(rename_all = "camelCase")]
 pub struct CustomProvider {
     /// Service identifier sent as the `serviceId` query parameter and matched in the reply.
+    #[schemars(length(min = 1, max = 253))]
     pub service_id: String,
     /// When set, the reply's decision must also match this namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,10 +243,12 @@ pub struct MetricSpec {
     pub name: Option<String>,
     /// PromQL instant query returning exactly one series (aggregate with `avg(...)` or
     /// `sum(...)`).
+    #[schemars(length(min = 1, max = 8192))]
     pub query: String,
     /// Target value per replica, a quoted plain number on the query's own scale (`"0.8"`
     /// against a 0-1 ratio, `"80"` against a 0-100 series). Finite and greater than zero; a `%`
     /// suffix is refused.
+    #[schemars(length(min = 1, max = 64))]
     pub target: String,
 }
 
@@ -211,11 +258,11 @@ pub struct MetricSpec {
 pub struct ScaleDown {
     /// Seconds of recommendations whose maximum is used when scaling down. 0 (default) = off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub stabilization_window_seconds: Option<i32>,
     /// Largest number of replicas removed in one step. 0 (default) = unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub max_step_replicas: Option<i32>,
     /// `CacheAware` (default): mark the pods to remove with a low `pod-deletion-cost` before
     /// lowering replicas (Deployments only). `None`: leave the choice to the ReplicaSet.
@@ -256,7 +303,7 @@ pub struct ScaleUpPolicy {
     #[serde(rename = "type")]
     pub type_: ScaleUpPolicyType,
     /// Pods or percent per period, at least 1.
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub value: i32,
     /// The period, seconds, 1 to 1800.
     #[schemars(range(min = 1, max = 1800))]
@@ -325,18 +372,18 @@ pub struct ScheduleSpec {
     /// How long each `start` lasts, seconds (at least 60). Exactly one of `end` and
     /// `durationSeconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 60))]
+    #[schemars(range(min = 60, max = 2147483647))]
     pub duration_seconds: Option<i32>,
     /// IANA time zone of the cron expressions, e.g. `Europe/Berlin`. Default `UTC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
     /// Floor while active (raises `spec.minReplicas`); at most `spec.maxReplicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub min_replicas: Option<i32>,
     /// Ceiling while active (lowers `spec.maxReplicas`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub max_replicas: Option<i32>,
 }
 
@@ -370,10 +417,12 @@ pub struct Preemption {
 pub struct LLMScalerStatus {
     /// The target's ready replicas at the last sync (the figure the ratio uses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub current_replicas: Option<i32>,
     /// Last recommendation after clamping and stabilization, before the step cap: while a step
     /// cap walks the fleet down it shows the destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub desired_replicas: Option<i32>,
     /// The generation of the spec the last sync acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -415,8 +464,13 @@ pub struct RecommendationRecord {
     /// When the recommendation was made.
     pub time: Time,
     /// The clamped recommendation, in replicas.
+    #[schemars(range(min = 0, max = 2147483647))]
     pub replicas: i32,
 }
+
+/// Most `spec.metrics` entries (the CRD's `maxItems`, `docs/security.md#memory`): each is one
+/// request per sync, so this bounds one scaler's share of the operator's request slots.
+pub const MAX_METRICS: usize = 16;
 
 impl LLMScalerSpec {
     /// The provider in force (`Prometheus` when unset).

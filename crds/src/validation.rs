@@ -8,7 +8,8 @@ use std::fmt;
 
 use serde::de::DeserializeOwned;
 
-use crate::types::{LLMScaler, LLMScalerSpec, MetricProvider};
+use crate::policy::OperatorPolicy;
+use crate::types::{LLMScaler, LLMScalerSpec, MAX_METRICS, MetricProvider};
 
 /// One violated rule: the field path (`spec.metrics[1].target`) and why it is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,11 +84,22 @@ pub fn parse_target(raw: &str) -> Result<f64, String> {
 /// Checks every rule of spec §8 that a spec can break and returns all violations (empty when
 /// valid). Paths start at `spec.`. Call it on a defaulted spec or a raw one: unset optional
 /// fields are never errors.
+///
+/// The operator-wide rules (`docs/security.md`) are those of the process policy,
+/// [`crate::policy::current`]; [`validate_spec_with`] takes one explicitly.
 pub fn validate_spec(spec: &LLMScalerSpec) -> Vec<FieldError> {
+    validate_spec_with(spec, crate::policy::current())
+}
+
+/// [`validate_spec`] under an explicit operator policy: egress allow-list and metadata
+/// addresses for `spec.serverAddress`, refused `spec.serverHeaders` names, and the replica cap
+/// on `spec.maxReplicas` (`docs/security.md`).
+pub fn validate_spec_with(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Vec<FieldError> {
     let mut errors = Vec::new();
     validate_target_ref(spec, &mut errors);
-    validate_server(spec, &mut errors);
-    validate_bounds(spec, &mut errors);
+    validate_server(spec, policy, &mut errors);
+    validate_headers_from(spec, policy, &mut errors);
+    validate_bounds(spec, policy, &mut errors);
     validate_provider(spec, &mut errors);
     validate_scale_down(spec, &mut errors);
     validate_scale_up(spec, &mut errors);
@@ -304,7 +316,7 @@ fn is_version(raw: &str) -> bool {
     number.is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
 
-fn validate_server(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+fn validate_server(spec: &LLMScalerSpec, policy: &OperatorPolicy, errors: &mut Vec<FieldError>) {
     let address = spec.server_address.trim();
     if address.is_empty() {
         errors.push(FieldError::new(
@@ -313,7 +325,21 @@ fn validate_server(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
         ));
     } else {
         match url::Url::parse(address) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {}
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
+                if !url.username().is_empty() || url.password().is_some() {
+                    // The credentials are never echoed.
+                    errors.push(FieldError::new(
+                        "spec.serverAddress",
+                        "must not hold user info (`user:password@`); send credentials in a \
+                         serverHeaders entry, e.g. Authorization",
+                    ));
+                }
+                if let Some(host) = url.host_str()
+                    && let Err(why) = policy.egress.check_host(host)
+                {
+                    errors.push(FieldError::new("spec.serverAddress", why));
+                }
+            }
             Ok(url) => errors.push(FieldError::new(
                 "spec.serverAddress",
                 format!(
@@ -334,6 +360,12 @@ fn validate_server(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                 "is not a valid HTTP header name",
             ));
         }
+        if let Some(why) = policy.header_refusal(name) {
+            errors.push(FieldError::new(
+                format!("spec.serverHeaders[{name:?}]"),
+                why,
+            ));
+        }
         if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
             // The value itself is never echoed: it usually carries a token.
             errors.push(FieldError::new(
@@ -349,7 +381,98 @@ fn is_header_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-fn validate_bounds(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+fn validate_headers_from(
+    spec: &LLMScalerSpec,
+    policy: &OperatorPolicy,
+    errors: &mut Vec<FieldError>,
+) {
+    let inline: Vec<String> = spec
+        .server_headers
+        .iter()
+        .flatten()
+        .map(|(name, _)| name.to_ascii_lowercase())
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, entry) in spec.server_headers_from.iter().flatten().enumerate() {
+        let path = format!("spec.serverHeadersFrom[{i}]");
+        let name = &entry.name;
+        if name.is_empty() || !name.bytes().all(is_header_token_byte) {
+            errors.push(FieldError::new(
+                format!("{path}.name"),
+                "is not a valid HTTP header name",
+            ));
+        } else if let Some(why) = policy.header_refusal(name) {
+            errors.push(FieldError::new(format!("{path}.name"), why));
+        }
+        let lower = name.to_ascii_lowercase();
+        if inline.contains(&lower) || !seen.insert(lower) {
+            errors.push(FieldError::new(
+                format!("{path}.name"),
+                format!(
+                    "header {name:?} is set more than once (serverHeaders and serverHeadersFrom)"
+                ),
+            ));
+        }
+        for (field, value) in [
+            ("name", &entry.secret_key_ref.name),
+            ("key", &entry.secret_key_ref.key),
+        ] {
+            if value.trim().is_empty() {
+                errors.push(FieldError::new(
+                    format!("{path}.secretKeyRef.{field}"),
+                    "required and must not be empty",
+                ));
+            }
+        }
+    }
+    if spec
+        .server_headers_from
+        .as_ref()
+        .is_some_and(|v| v.len() > 16)
+    {
+        errors.push(FieldError::new(
+            "spec.serverHeadersFrom",
+            "at most 16 entries",
+        ));
+    }
+}
+
+/// `--restrict-secret-access`: `serverHeadersFrom` only in the operator's namespace. Needs the
+/// scaler's namespace, so it is checked by [`validate_namespace_rules`], not [`validate_spec`].
+pub fn validate_namespace_rules(
+    spec: &LLMScalerSpec,
+    namespace: &str,
+    policy: &OperatorPolicy,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if policy.restrict_secret_access
+        && spec
+            .server_headers_from
+            .as_ref()
+            .is_some_and(|v| !v.is_empty())
+        && policy.operator_namespace.as_deref() != Some(namespace)
+    {
+        errors.push(FieldError::new(
+            "spec.serverHeadersFrom",
+            "the operator's admin restricts Secret access to the operator's namespace \
+             (--restrict-secret-access); put the token in serverHeaders or ask the admin",
+        ));
+    }
+    errors
+}
+
+fn validate_bounds(spec: &LLMScalerSpec, policy: &OperatorPolicy, errors: &mut Vec<FieldError>) {
+    if let Some(cap) = policy.max_replicas_cap
+        && spec.max_replicas > cap
+    {
+        errors.push(FieldError::new(
+            "spec.maxReplicas",
+            format!(
+                "{} is over the operator's replica cap {cap} (--max-replicas-cap)",
+                spec.max_replicas
+            ),
+        ));
+    }
     if spec.min_replicas < 0 {
         errors.push(FieldError::new(
             "spec.minReplicas",
@@ -394,6 +517,15 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                 errors.push(FieldError::new(
                     "spec.metrics",
                     "must list at least one {query, target} under the Prometheus provider",
+                ));
+            }
+            if metrics.len() > MAX_METRICS {
+                errors.push(FieldError::new(
+                    "spec.metrics",
+                    format!(
+                        "{} entries; at most {MAX_METRICS} (each is one request per sync)",
+                        metrics.len()
+                    ),
                 ));
             }
             let mut seen = std::collections::BTreeMap::new();
@@ -519,6 +651,7 @@ mod tests {
             custom_provider: None,
             server_address: "http://prometheus.monitoring:9090".into(),
             server_headers: None,
+            server_headers_from: None,
             min_replicas: 1,
             max_replicas: 5,
             metrics: Some(vec![MetricSpec {
@@ -539,6 +672,65 @@ mod tests {
 
     fn paths(spec: &LLMScalerSpec) -> Vec<String> {
         validate_spec(spec).into_iter().map(|e| e.path).collect()
+    }
+
+    #[test]
+    fn headers_from_secrets_follow_the_header_rules() {
+        use crate::types::{HeaderFromSecret, SecretKeyRef};
+        let entry = |name: &str, secret: &str| HeaderFromSecret {
+            name: name.to_owned(),
+            secret_key_ref: SecretKeyRef {
+                name: secret.to_owned(),
+                key: "token".to_owned(),
+            },
+        };
+        let mut spec = valid();
+        spec.server_headers_from = Some(vec![entry("Authorization", "tok")]);
+        assert!(paths(&spec).is_empty(), "{:?}", paths(&spec));
+        spec.server_headers = Some([("authorization".to_owned(), "x".to_owned())].into());
+        spec.server_headers_from = Some(vec![
+            entry("Authorization", "tok"),
+            entry("X-Scope-OrgID", "org"),
+            entry("X-Api-Key", ""),
+        ]);
+        assert_eq!(
+            paths(&spec),
+            vec![
+                "spec.serverHeadersFrom[0].name",
+                "spec.serverHeadersFrom[1].name",
+                "spec.serverHeadersFrom[2].secretKeyRef.name",
+            ]
+        );
+        let restricted = OperatorPolicy {
+            restrict_secret_access: true,
+            operator_namespace: Some("ops".to_owned()),
+            ..OperatorPolicy::default()
+        };
+        assert_eq!(validate_namespace_rules(&spec, "ops", &restricted), vec![]);
+        assert_eq!(
+            validate_namespace_rules(&spec, "team-a", &restricted)[0].path,
+            "spec.serverHeadersFrom"
+        );
+        assert_eq!(
+            validate_namespace_rules(&spec, "team-a", &OperatorPolicy::default()),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn replica_cap_bounds_max_replicas() {
+        let mut spec = valid();
+        spec.max_replicas = 100;
+        let capped = OperatorPolicy {
+            max_replicas_cap: Some(64),
+            ..OperatorPolicy::default()
+        };
+        let errors = validate_spec_with(&spec, &capped);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "spec.maxReplicas");
+        assert!(errors[0].message.contains("replica cap 64"), "{errors:?}");
+        spec.max_replicas = 64;
+        assert!(validate_spec_with(&spec, &capped).is_empty());
     }
 
     #[test]

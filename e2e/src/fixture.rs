@@ -13,7 +13,7 @@ use crate::exporter::Exporter;
 use crate::operator::{Operator, Rbac, run_command};
 use crate::prometheus::Prometheus;
 use crate::watch::{Recorder, Version};
-use crate::{Check, TestNamespace, client, kubectl_path, unique_name, wait_for};
+use crate::{Check, TestNamespace, client, kubectl_path, wait_for};
 
 /// Field manager the tests use to create workloads, as a GitOps tool or a user would.
 pub const SETUP_MANAGER: &str = "e2e-setup";
@@ -87,7 +87,10 @@ impl World {
         install_crd()?;
         let client = client().await?;
         let ns = TestNamespace::create(&client, prefix).await?;
-        let rbac = Rbac::install(&unique_name(prefix), ns.name(), &[])?;
+        // The release is named after the namespace, so the chart's names (ServiceAccount,
+        // webhook configurations, certificate Secret, all `<namespace>-llmscaler...`) are the
+        // ones its `resourceNames` RBAC allows (docs/security.md#rbac).
+        let rbac = Rbac::install(ns.name(), ns.name(), &[])?;
         let exporter = Exporter::start().await?;
         let prometheus = Prometheus::start(exporter.addr).await?;
         Ok(Self {

@@ -121,6 +121,8 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "Secret",
             "Service",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
     );
@@ -165,6 +167,8 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "RoleBinding",
             "Secret",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
     );

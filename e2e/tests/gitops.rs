@@ -238,6 +238,8 @@ async fn helm_upgrade_twice_keeps_the_ca_bundle_and_admission_never_fails() -> a
     let listen = format!("--webhook-listen=127.0.0.1:{port}");
     let configuration = format!("--validating-webhook-configuration={name}");
     let mutating = format!("--mutating-webhook-configuration={name}");
+    // The chart's Secret name: the RBAC allows only it (docs/security.md#rbac).
+    let secret = format!("--cert-secret={name}-webhook-tls");
     world
         .start_operator(
             "upgrade-0",
@@ -246,6 +248,7 @@ async fn helm_upgrade_twice_keeps_the_ca_bundle_and_admission_never_fails() -> a
                 "--webhook-extra-san=127.0.0.1",
                 &configuration,
                 &mutating,
+                &secret,
                 "--webhook-cert-check-seconds=1",
             ],
         )

@@ -142,7 +142,10 @@ async fn mark_victims(
         .and_then(|s| s.deletion_cost_query.as_deref());
     let costs = match (query, spec.effective_provider()) {
         (Some(query), MetricProvider::Prometheus) => {
-            match MetricSource::from_spec(&ctx.metrics_client, spec)
+            let headers = crate::metrics::secret_headers(&ctx.client, namespace, spec)
+                .await
+                .map_err(VictimError::CostQuery)?;
+            match MetricSource::with_headers(&ctx.metrics_client, spec, &headers)
                 .map_err(VictimError::CostQuery)?
             {
                 MetricSource::Prometheus(prometheus) => Some(
@@ -242,7 +245,10 @@ pub async fn publish(ctx: &Context, scaler: &LLMScaler, events: &[EventSpec]) {
                 EventType::Normal
             },
             reason: spec.reason.as_str().to_owned(),
-            note: Some(spec.note.clone()),
+            note: Some(conditions::clean_message(
+                &spec.note,
+                conditions::EVENT_NOTE_MAX_BYTES,
+            )),
             action: spec.action.to_owned(),
             secondary: None,
         };

@@ -47,6 +47,14 @@ pub async fn observe(
     if let Err(violations) = check_spec(spec) {
         return Observation::Invalid(violations);
     }
+    let namespace_rules = llmscaler_api::validation::validate_namespace_rules(
+        spec,
+        namespace,
+        llmscaler_api::policy::current(),
+    );
+    if !namespace_rules.is_empty() {
+        return Observation::Invalid(llmscaler_api::ValidationErrors(namespace_rules));
+    }
     let target_ref = &spec.target_ref;
     let resource = match ctx.resolver.resolve(&ctx.client, target_ref).await {
         Ok(resource) => resource,
@@ -66,7 +74,11 @@ pub async fn observe(
             return Observation::TargetFailed(err);
         }
     };
-    let source = match MetricSource::from_spec(&ctx.metrics_client, spec) {
+    let headers = match crate::metrics::secret_headers(&ctx.client, namespace, spec).await {
+        Ok(headers) => headers,
+        Err(err) => return Observation::SourceFailed(err),
+    };
+    let source = match MetricSource::with_headers(&ctx.metrics_client, spec, &headers) {
         Ok(source) => source,
         Err(err) => return Observation::SourceFailed(err),
     };

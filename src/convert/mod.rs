@@ -348,6 +348,7 @@ pub fn base_spec(
         custom_provider: None,
         server_address,
         server_headers: None,
+        server_headers_from: None,
         min_replicas,
         max_replicas,
         metrics: None,

@@ -263,11 +263,16 @@ fn scaling_active(report: &SyncReport<'_>) -> ConditionSpec {
             format!("holding at {} replicas: {list}", report.replicas),
         )
     } else if !report.skipped.is_empty() {
+        let held = if report.decision_reason == super::Reason::MetricsUnavailable {
+            "; no scale-down while a metric is skipped"
+        } else {
+            ""
+        };
         ConditionSpec::new(
             ConditionType::ScalingActive,
             true,
             Reason::SomeMetricsSkipped,
-            format!("skipped: {list}"),
+            format!("skipped: {list}{held}"),
         )
     } else {
         ConditionSpec::new(
@@ -369,7 +374,7 @@ pub fn merge(
                 type_: w.type_.as_str().to_owned(),
                 status,
                 reason: w.reason.as_str().to_owned(),
-                message: w.message.clone(),
+                message: clean_message(&w.message, CONDITION_MESSAGE_MAX_BYTES),
                 observed_generation: generation,
                 last_transition_time: transition,
             }
@@ -382,6 +387,59 @@ pub fn merge(
             .cloned(),
     );
     (conditions, flipped)
+}
+
+/// Largest condition message written, in bytes (32 KiB, the API server's own limit for
+/// `metav1.Condition.message`; `docs/security.md#messages`).
+pub const CONDITION_MESSAGE_MAX_BYTES: usize = 32 * 1024;
+
+/// Largest Event note written, in bytes (1 KiB; the API server refuses notes over 1 KiB).
+pub const EVENT_NOTE_MAX_BYTES: usize = 1024;
+
+/// A message fit for a condition or an Event (`docs/security.md#messages`): control characters
+/// (C0, DEL, C1, and the bidirectional overrides that could disguise text in a terminal) become
+/// a space, runs of whitespace collapse to one space, and the text is cut at a character
+/// boundary to at most `max_bytes` bytes, ending with `…` when cut.
+pub fn clean_message(text: &str, max_bytes: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max_bytes));
+    let mut space = false;
+    for c in text.chars() {
+        let c = if c.is_control() || is_bidi_control(c) {
+            ' '
+        } else {
+            c
+        };
+        if c.is_whitespace() {
+            if !space && !out.is_empty() {
+                out.push(' ');
+            }
+            space = true;
+            continue;
+        }
+        space = false;
+        out.push(c);
+        if out.len() > max_bytes {
+            break;
+        }
+    }
+    let trimmed_len = out.trim_end().len();
+    out.truncate(trimmed_len);
+    if out.len() > max_bytes {
+        let ellipsis = '…'.len_utf8();
+        let mut cut = max_bytes.saturating_sub(ellipsis);
+        while cut > 0 && !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        if max_bytes >= ellipsis {
+            out.push('…');
+        }
+    }
+    out
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// An Event to publish on the LLMScaler.

@@ -91,6 +91,15 @@ impl History {
             .unwrap_or(replicas)
     }
 
+    /// Lowers every record above `max_replicas` to it (`docs/scaling.md#holding`): a lowered
+    /// `maxReplicas`, or a history restored from status that was written under a higher one,
+    /// never keeps the window maximum above the current bound.
+    pub fn cap(&mut self, max_replicas: i32) {
+        for record in &mut self.records {
+            record.replicas = record.replicas.min(max_replicas);
+        }
+    }
+
     /// Spec §2 step 8: after a scale-down, the history is only the value written, so the next
     /// step waits a full window.
     pub fn pin(&mut self, now_ms: i64, replicas: i32) {

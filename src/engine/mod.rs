@@ -377,10 +377,23 @@ pub fn decide<E: Clone>(
     // clamp, window, step cap and guards like any recommendation (so a lowered maxReplicas
     // still applies, and the window remembers the held value).
     let held = recommendation.is_none();
-    let raw = recommendation.unwrap_or(spec);
+    // Partial data never lowers capacity (`docs/scaling.md#partial-data`, the
+    // HorizontalPodAutoscaler's rule): with any metric skipped, the measured ones may raise the
+    // fleet but not lower it below the current spec.replicas.
+    let partial = !held
+        && metrics.iter().any(|m| m.recommendation.is_err())
+        && recommendation.is_some_and(|r| r < spec);
+    let raw = if partial {
+        spec
+    } else {
+        recommendation.unwrap_or(spec)
+    };
 
     let (clamped, limited) = policy.clamp(raw);
     let desired = if policy.window_ms > 0 {
+        // A lowered maxReplicas applies at once, inside the window too, and a history restored
+        // from status never holds the fleet above it.
+        history.cap(policy.max_replicas);
         history.record(now_ms, clamped, policy.window_ms)
     } else {
         clamped
@@ -391,7 +404,7 @@ pub fn decide<E: Clone>(
         Reason::ScaledUp
     } else if desired < spec {
         Reason::ScaledDown
-    } else if held {
+    } else if held || partial {
         Reason::MetricsUnavailable
     } else if clamped < spec {
         Reason::ScaleDownStabilized

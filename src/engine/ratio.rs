@@ -7,14 +7,16 @@ use super::Skip;
 /// integer, so floating-point noise (`2 × 0.3 / 0.6`) cannot add a replica.
 ///
 /// # Errors
-/// [`Skip::NotMeasurable`] for NaN or ±Inf values (spec §2: skipped, never read as zero), and
+/// [`Skip::NotMeasurable`] for NaN, ±Inf or negative values (spec §2: skipped, never read as
+/// zero; no load signal the operator reads is negative, so a negative reading is a broken query
+/// or exporter, not an idle fleet), and
 /// [`Skip::BadTarget`] for a target that is not finite and positive.
 pub fn metric_recommendation<E>(
     ready_replicas: i32,
     value: f64,
     target: f64,
 ) -> Result<i32, Skip<E>> {
-    if !value.is_finite() {
+    if !value.is_finite() || value < 0.0 {
         return Err(Skip::NotMeasurable(value));
     }
     if !target.is_finite() || target <= 0.0 {

@@ -436,3 +436,125 @@ fn held_sync_is_recorded_in_the_window() {
     );
     assert_eq!((d.replicas, d.action), (1, Action::ScaleDown));
 }
+
+fn two_metrics(a: Result<f64, String>, b: Result<f64, String>) -> Signal<String> {
+    Signal::Metrics(vec![
+        MetricInput {
+            name: "a".into(),
+            target: "0.8".into(),
+            value: a,
+        },
+        MetricInput {
+            name: "b".into(),
+            target: "0.8".into(),
+            value: b,
+        },
+    ])
+}
+
+#[test]
+fn one_metric_unmeasurable_never_lowers_the_fleet() {
+    // ready 10; a empty, b recommends ceil(10 × 0.56 / 0.8) = 7: stays 10 (HPA's rule).
+    let d = run(
+        &policy(1, 20),
+        &settled(10),
+        &two_metrics(Err("no data".into()), Ok(0.56)),
+    );
+    assert_eq!(
+        (d.replicas, d.desired, d.action, d.reason),
+        (10, 10, Action::None, Reason::MetricsUnavailable)
+    );
+    assert_eq!(d.recommendation, Some(7));
+    // The same with a NaN or a negative reading standing in for the empty one.
+    for bad in [f64::NAN, -1.0] {
+        let d = run(
+            &policy(1, 20),
+            &settled(10),
+            &two_metrics(Ok(bad), Ok(0.56)),
+        );
+        assert_eq!((d.replicas, d.action), (10, Action::None), "a = {bad}");
+    }
+}
+
+#[test]
+fn one_metric_unmeasurable_still_raises() {
+    // ready 3; a 0.9 / 0.8 recommends 4, b empty: 4.
+    let d = run(
+        &policy(1, 10),
+        &settled(3),
+        &two_metrics(Ok(0.9), Err("no data".into())),
+    );
+    assert_eq!((d.replicas, d.action), (4, Action::ScaleUp));
+}
+
+#[test]
+fn one_metric_unmeasurable_still_obeys_a_lowered_max() {
+    let d = run(
+        &policy(1, 5),
+        &settled(8),
+        &two_metrics(Err("no data".into()), Ok(0.1)),
+    );
+    assert_eq!(
+        (d.replicas, d.action, d.limited),
+        (5, Action::ScaleDown, Some(Limit::Max))
+    );
+}
+
+#[test]
+fn negative_value_is_not_measurable() {
+    let d = run(&policy(1, 10), &settled(4), &one_metric(-0.5, "0.5"));
+    assert_eq!(
+        (d.replicas, d.action, d.reason),
+        (4, Action::None, Reason::MetricsUnavailable)
+    );
+    assert_eq!(d.metrics[0].recommendation, Err(Skip::NotMeasurable(-0.5)));
+}
+
+#[test]
+fn lowered_max_applies_at_the_next_sync_inside_the_window() {
+    // Window 300 s, fleet at 8 with 8 recorded at t=0; maxReplicas lowered to 5 at t=15 s.
+    let mut p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 10)
+    };
+    let mut history = History::default();
+    let d = decide(&p, &settled(8), &one_metric(0.5, "0.5"), &mut history, 0);
+    assert_eq!(d.replicas, 8);
+    p.max_replicas = 5;
+    let d = decide(
+        &p,
+        &settled(8),
+        &one_metric(0.5, "0.5"),
+        &mut history,
+        15_000,
+    );
+    assert_eq!(
+        (d.replicas, d.desired, d.action, d.limited),
+        (5, 5, Action::ScaleDown, Some(Limit::Max))
+    );
+    assert!(history.records().iter().all(|r| r.replicas <= 5));
+}
+
+#[test]
+fn restored_history_never_exceeds_max() {
+    // A status written under maxReplicas 20 holds 20 in the window; max is now 6.
+    let p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 6)
+    };
+    let mut history = History::from_records(vec![Record {
+        at_ms: 0,
+        replicas: 20,
+    }]);
+    let d = decide(
+        &p,
+        &settled(6),
+        &one_metric(0.5, "0.5"),
+        &mut history,
+        10_000,
+    );
+    assert_eq!((d.replicas, d.desired), (6, 6));
+    let d = decide(&p, &settled(3), &empty_metric(), &mut history, 20_000);
+    assert_eq!((d.replicas, d.desired, d.action), (6, 6, Action::ScaleUp));
+    assert!(history.records().iter().all(|r| r.replicas <= 6));
+}

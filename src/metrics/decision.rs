@@ -1,17 +1,15 @@
 //! Decision-server client: the Custom metric provider (spec §4).
 
-use serde_json::Value;
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::{Endpoint, MetricError, MetricsClient, Reply, Subject};
+use super::{Endpoint, MetricError, MetricsClient, Reply, Subject, json_position};
 
 /// The only `apiVersion` a decision-server reply may carry (spec §4).
 pub const DECISION_API_VERSION: &str = "llmscaling.inference.x-k8s.io/v1alpha1";
 
 /// Default `customProvider.path` (spec §1).
 pub const DEFAULT_DECISION_PATH: &str = "/decisions";
-
-/// Excerpt length, in characters, of a non-JSON body quoted in an error message.
-const BODY_EXCERPT_CHARS: usize = 200;
 
 /// Reads the replica count an external decision server wants for one serviceId (spec §4).
 ///
@@ -93,26 +91,319 @@ impl DecisionSource {
     }
 }
 
-/// Decodes a decision-server reply for `subject` (spec §4).
+/// Decodes the body of a 200 decision-server reply for `service_id` (and `namespace`): the
+/// function the fuzz target and the memory test call. Streams over the `decisions` list keeping
+/// only the first match, whatever the list's length (`docs/security.md#memory`).
+///
+/// # Errors
+/// As [`DecisionSource::decide`] for a 200 reply.
+pub fn decode_decision_body(
+    service_id: &str,
+    namespace: Option<&str>,
+    body: &[u8],
+) -> Result<i32, MetricError> {
+    let subject = Subject::Service {
+        service_id: service_id.to_owned(),
+        namespace: namespace.map(str::to_owned),
+    };
+    let reply = Reply {
+        server: String::new(),
+        status: 200,
+        content_type: "application/json".to_owned(),
+        body: body.to_vec(),
+    };
+    decode_decision(&subject, &reply)
+}
+
+/// A JSON value as far as the decoder cares: a string (kept), a number (kept), or the kind of
+/// anything else (consumed without being kept).
+#[derive(Debug)]
+enum Scalar {
+    Str(String),
+    Int(i128),
+    Float(f64),
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Str(v.to_owned()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(i128::from(v)))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(i128::from(v)))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Float(v))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Other("a boolean"))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Other("null"))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Other("null"))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other("a list"))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other("an object"))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl Scalar {
+    fn kind(&self) -> &'static str {
+        match self {
+            Scalar::Str(_) => "a string",
+            Scalar::Int(_) | Scalar::Float(_) => "a number",
+            Scalar::Other(kind) => kind,
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Scalar::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// `replicas` of one decision: only `active` is kept; anything but an object reads as empty.
+#[derive(Debug, Default)]
+struct Replicas {
+    active: Option<Scalar>,
+}
+
+impl<'de> Deserialize<'de> for Replicas {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Replicas;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Replicas, A::Error> {
+                let mut active = None;
+                while let Some(key) = map.next_key::<Scalar>()? {
+                    if key.as_str() == Some("active") {
+                        active = Some(map.next_value::<Scalar>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Replicas { active })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Replicas, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Replicas::default())
+            }
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Replicas, E> {
+                Ok(Replicas::default())
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Replicas, E> {
+                Ok(Replicas::default())
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Replicas, E> {
+                Ok(Replicas::default())
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Replicas, E> {
+                Ok(Replicas::default())
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Replicas, E> {
+                Ok(Replicas::default())
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Replicas, E> {
+                Ok(Replicas::default())
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// One element of `decisions`. Fields of the wrong type read as absent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    #[serde(default)]
+    service_id: Option<Scalar>,
+    #[serde(default)]
+    namespace: Option<Scalar>,
+    #[serde(default)]
+    replicas: Option<Replicas>,
+}
+
+/// What the streamed `decisions` list keeps: the count, the matches counted, the first match.
+struct Matches<'s> {
+    service_id: &'s str,
+    namespace: Option<&'s str>,
+    total: usize,
+    matched: usize,
+    first: Option<Replicas>,
+}
+
+impl<'de> DeserializeSeed<'de> for &mut Matches<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for &mut Matches<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of decisions")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(entry) = seq.next_element::<Entry>()? {
+            self.total += 1;
+            let id_ok = entry.service_id.as_ref().and_then(Scalar::as_str) == Some(self.service_id);
+            let ns_ok = match self.namespace {
+                Some(ns) => entry.namespace.as_ref().and_then(Scalar::as_str) == Some(ns),
+                None => true,
+            };
+            if id_ok && ns_ok {
+                self.matched += 1;
+                if self.first.is_none() {
+                    self.first = Some(entry.replicas.unwrap_or_default());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The reply's top level: `apiVersion` and the streamed `decisions`; other members skipped.
+struct Top<'m, 's> {
+    matches: &'m mut Matches<'s>,
+    api_version: Option<Scalar>,
+    decisions: Option<Result<(), &'static str>>,
+}
+
+impl<'de> Visitor<'de> for &mut Top<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Scalar>()? {
+            match key.as_str() {
+                Some("apiVersion") => self.api_version = Some(map.next_value::<Scalar>()?),
+                Some("decisions") => {
+                    // A list is streamed; anything else is consumed and reported by kind.
+                    let kind = map.next_value_seed(Probe(&mut *self.matches))?;
+                    self.decisions = Some(kind.map_or(Ok(()), Err));
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Streams `decisions` when it is a list, else consumes it and returns its kind.
+struct Probe<'m, 's>(&'m mut Matches<'s>);
+
+impl<'de> DeserializeSeed<'de> for Probe<'_, '_> {
+    type Value = Option<&'static str>;
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Probe<'_, '_> {
+    type Value = Option<&'static str>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of decisions")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        self.0.visit_seq(seq).map(|()| None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Some("an object"))
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Some("a string"))
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Some("a number"))
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Some("a number"))
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Some("a number"))
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Some("a boolean"))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Some("null"))
+    }
+}
+
+/// The top level when it is not an object: its kind.
+struct TopKind<'t, 'm, 's>(&'t mut Top<'m, 's>);
+
+impl<'de> Visitor<'de> for TopKind<'_, '_, '_> {
+    type Value = Option<&'static str>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        self.0.visit_map(map).map(|()| None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Some("a list"))
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Some("a string"))
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Some("a number"))
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Some("a number"))
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Some("a number"))
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Some("a boolean"))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Some("null"))
+    }
+}
+
+/// Decodes a decision-server reply for `subject` (spec §4). Nothing of the body is quoted back:
+/// kinds, counts and fixed texts only (`docs/security.md#messages`).
 fn decode_decision(subject: &Subject, reply: &Reply) -> Result<i32, MetricError> {
     if reply.status != 200 {
-        return Err(MetricError::HttpStatus {
-            subject: subject.clone(),
-            server: reply.server.clone(),
-            status: reply.status,
-            detail: reply.snippet(BODY_EXCERPT_CHARS),
-        });
+        return Err(reply.status_error(subject));
     }
-    let body: Value = serde_json::from_slice(&reply.body).map_err(|e| MetricError::Decode {
-        subject: subject.clone(),
-        status: reply.status,
-        reason: format!(
-            "not JSON ({}; content-type `{}`; body starts `{}`)",
-            e,
-            reply.content_type,
-            reply.snippet(80)
-        ),
-    })?;
     let Subject::Service {
         service_id,
         namespace,
@@ -120,18 +411,32 @@ fn decode_decision(subject: &Subject, reply: &Reply) -> Result<i32, MetricError>
     else {
         return Err(bad(subject, "internal: not a decision subject".to_owned()));
     };
-    let Some(object) = body.as_object() else {
-        return Err(bad(
-            subject,
-            format!("expected a JSON object, got {}", json_kind(&body)),
-        ));
+    let mut matches = Matches {
+        service_id,
+        namespace: namespace.as_deref(),
+        total: 0,
+        matched: 0,
+        first: None,
     };
-    match object.get("apiVersion") {
-        Some(Value::String(v)) if v == DECISION_API_VERSION => {}
-        Some(Value::String(v)) => {
+    let mut top = Top {
+        matches: &mut matches,
+        api_version: None,
+        decisions: None,
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(&reply.body);
+    let kind = serde::Deserializer::deserialize_any(&mut deserializer, TopKind(&mut top))
+        .and_then(|kind| deserializer.end().map(|()| kind))
+        .map_err(|e| reply.decode_error(subject, json_position(&e)))?;
+    if let Some(kind) = kind {
+        return Err(bad(subject, format!("expected a JSON object, got {kind}")));
+    }
+    let (api_version, decisions) = (top.api_version, top.decisions);
+    match &api_version {
+        Some(Scalar::Str(v)) if v == DECISION_API_VERSION => {}
+        Some(Scalar::Str(_)) => {
             return Err(bad(
                 subject,
-                format!("apiVersion `{v}` is not supported, expected `{DECISION_API_VERSION}`"),
+                format!("apiVersion is not supported, expected `{DECISION_API_VERSION}`"),
             ));
         }
         Some(other) => {
@@ -139,7 +444,7 @@ fn decode_decision(subject: &Subject, reply: &Reply) -> Result<i32, MetricError>
                 subject,
                 format!(
                     "apiVersion is {}, expected the string `{DECISION_API_VERSION}`",
-                    json_kind(other)
+                    other.kind()
                 ),
             ));
         }
@@ -150,126 +455,55 @@ fn decode_decision(subject: &Subject, reply: &Reply) -> Result<i32, MetricError>
             ));
         }
     }
-    let decisions = match object.get("decisions") {
-        Some(Value::Array(list)) => list,
-        Some(other) => {
+    match decisions {
+        None => return Err(bad(subject, "`decisions` is missing".to_owned())),
+        Some(Err(kind)) => {
             return Err(bad(
                 subject,
-                format!("`decisions` is {}, expected a list", json_kind(other)),
+                format!("`decisions` is {kind}, expected a list"),
             ));
         }
-        None => return Err(bad(subject, "`decisions` is missing".to_owned())),
-    };
-
-    let str_field = |d: &Value, key: &str| d.get(key).and_then(Value::as_str).map(str::to_owned);
-    let matches: Vec<&Value> = decisions
-        .iter()
-        .filter(|d| str_field(d, "serviceId").as_deref() == Some(service_id.as_str()))
-        .filter(|d| match namespace {
-            Some(ns) => str_field(d, "namespace").as_deref() == Some(ns.as_str()),
-            None => true,
-        })
-        .collect();
-
-    let decision = match matches.as_slice() {
-        [one] => *one,
-        [] => {
-            let others: Vec<String> = decisions
-                .iter()
-                .take(3)
-                .map(|d| {
-                    let id = str_field(d, "serviceId").unwrap_or_else(|| "?".to_owned());
-                    match str_field(d, "namespace") {
-                        Some(ns) if !ns.is_empty() => format!("`{ns}/{id}`"),
-                        _ => format!("`{id}`"),
-                    }
-                })
-                .collect();
-            let mut others = if others.is_empty() {
-                "nothing".to_owned()
-            } else {
-                others.join(", ")
-            };
-            if decisions.len() > 3 {
-                others.push_str(&format!(" and {} more", decisions.len() - 3));
-            }
+        Some(Ok(())) => {}
+    }
+    let replicas = match (matches.matched, matches.first) {
+        (1, Some(replicas)) => replicas,
+        (0, _) | (_, None) => {
             return Err(MetricError::NoDecision {
                 subject: subject.clone(),
-                others,
+                others: matches.total,
             });
         }
-        several => {
-            let hint = if namespace.is_none() {
-                let namespaces: Vec<String> = several
-                    .iter()
-                    .take(3)
-                    .map(|d| {
-                        str_field(d, "namespace")
-                            .map(|ns| format!("`{ns}`"))
-                            .unwrap_or_else(|| "none".to_owned())
-                    })
-                    .collect();
-                format!(
-                    " (namespaces {}); set customProvider.namespace to pick one",
-                    namespaces.join(", ")
-                )
-            } else {
-                String::new()
-            };
+        (count, Some(_)) => {
             return Err(MetricError::AmbiguousDecision {
                 subject: subject.clone(),
-                count: several.len(),
-                hint,
+                count,
+                namespaced: namespace.is_some(),
             });
         }
     };
-
-    let bad_replicas = |reason: String| MetricError::BadReplicas {
+    let bad_replicas = |reason: &'static str| MetricError::BadReplicas {
         subject: subject.clone(),
         reason,
     };
-    let active = decision
-        .get("replicas")
-        .and_then(|r| r.get("active"))
-        .ok_or_else(|| bad_replicas("replicas.active is missing".to_owned()))?;
-    let Value::Number(number) = active else {
-        return Err(bad_replicas(format!("{active} is not a number")));
-    };
-    let whole: i128 = if let Some(i) = number.as_i64() {
-        i128::from(i)
-    } else if let Some(u) = number.as_u64() {
-        i128::from(u)
-    } else {
-        match number.as_f64() {
-            // A whole float such as 3.0 is accepted; its range is checked below.
-            Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e30 => f as i128,
-            _ => {
-                return Err(bad_replicas(format!("{number} is not a whole number")));
-            }
-        }
+    let whole: i128 = match replicas.active {
+        None => return Err(bad_replicas("replicas.active is missing")),
+        Some(Scalar::Int(i)) => i,
+        // A whole float such as 3.0 is accepted; its range is checked below.
+        Some(Scalar::Float(f)) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e30 => f as i128,
+        Some(Scalar::Float(_)) => return Err(bad_replicas("it is not a whole number")),
+        Some(Scalar::Str(_)) => return Err(bad_replicas("it is a string, not a number")),
+        Some(Scalar::Other(_)) => return Err(bad_replicas("it is not a number")),
     };
     if whole < 0 {
-        return Err(bad_replicas(format!("{number} is negative")));
+        return Err(bad_replicas("it is negative"));
     }
-    i32::try_from(whole)
-        .map_err(|_| bad_replicas(format!("{number} is over the int32 maximum {}", i32::MAX)))
+    i32::try_from(whole).map_err(|_| bad_replicas("it is over the int32 maximum 2147483647"))
 }
 
 fn bad(subject: &Subject, reason: String) -> MetricError {
     MetricError::BadReply {
         subject: subject.clone(),
         reason,
-    }
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -329,15 +563,15 @@ mod tests {
         assert_eq!(err.kind(), "ambiguous_decision");
         assert_eq!(
             err.to_string(),
-            "decision server returned 2 decisions for serviceId `llama`, expected exactly one \
-             (namespaces `a`, `b`); set customProvider.namespace to pick one; the fleet is held"
+            "decision server returned 2 decisions for serviceId `llama`, expected exactly one; \
+             set customProvider.namespace to pick one; the fleet is held"
         );
         let err = decode(Some("c"), 200, &body).expect_err("none in c");
         assert_eq!(err.kind(), "no_decision");
         assert_eq!(
             err.to_string(),
-            "decision server returned no decision for serviceId `llama` in namespace `c` (it \
-             answered for `a/llama`, `b/llama`); the fleet is held"
+            "decision server returned no decision for serviceId `llama` in namespace `c` (2 \
+             other decision(s) in the reply); the fleet is held"
         );
     }
 
@@ -347,12 +581,13 @@ mod tests {
         let err = decode(None, 200, &body).expect_err("other");
         assert_eq!(
             err.to_string(),
-            "decision server returned no decision for serviceId `llama` (it answered for \
-             `mistral`); the fleet is held"
+            "decision server returned no decision for serviceId `llama` (1 other decision(s) \
+             in the reply); the fleet is held"
         );
         let err = decode(None, 200, &reply("[]")).expect_err("empty");
         assert!(
-            err.to_string().contains("(it answered for nothing)"),
+            err.to_string()
+                .contains("(0 other decision(s) in the reply)"),
             "{err}"
         );
     }
@@ -365,7 +600,7 @@ mod tests {
         assert_eq!(err.kind(), "bad_reply");
         assert_eq!(
             err.to_string(),
-            "decision server reply for serviceId `llama` is unusable: apiVersion `v2` is not \
+            "decision server reply for serviceId `llama` is unusable: apiVersion is not \
              supported, expected `llmscaling.inference.x-k8s.io/v1alpha1`"
         );
         let body = r#"{"decisions":[{"serviceId":"llama","replicas":{"active":1}}]}"#;
@@ -381,17 +616,17 @@ mod tests {
     fn replicas_active_range() {
         let cases: BTreeMap<&str, &str> = BTreeMap::from([
             (r#"{}"#, "replicas.active is missing"),
-            (r#"{"active":null}"#, "null is not a number"),
-            (r#"{"active":"3"}"#, "\"3\" is not a number"),
-            (r#"{"active":-1}"#, "-1 is negative"),
-            (r#"{"active":2.5}"#, "2.5 is not a whole number"),
+            (r#"{"active":null}"#, "it is not a number"),
+            (r#"{"active":"3"}"#, "it is a string, not a number"),
+            (r#"{"active":-1}"#, "it is negative"),
+            (r#"{"active":2.5}"#, "it is not a whole number"),
             (
                 r#"{"active":2147483648}"#,
-                "2147483648 is over the int32 maximum 2147483647",
+                "it is over the int32 maximum 2147483647",
             ),
             (
                 r#"{"active":18446744073709551615}"#,
-                "18446744073709551615 is over the int32 maximum 2147483647",
+                "it is over the int32 maximum 2147483647",
             ),
         ]);
         for (replicas, reason) in cases {
@@ -421,14 +656,17 @@ mod tests {
         assert_eq!(err.kind(), "http_status");
         assert_eq!(
             err.to_string(),
-            "decision server at http://h:1/decisions answered HTTP 503 for serviceId `llama`: \
-             upstream down"
+            "decision server at http://h:1/decisions answered HTTP 503 for serviceId `llama` \
+             (content-type `application/json`, 13 bytes; body not shown)"
         );
         let err = decode(None, 200, "<html>hi</html>").expect_err("html");
         assert_eq!(err.kind(), "decode");
-        assert!(err.to_string().starts_with(
-            "decision server reply for serviceId `llama` cannot be decoded (HTTP 200): not JSON"
-        ));
+        assert_eq!(
+            err.to_string(),
+            "decision server reply for serviceId `llama` cannot be decoded (HTTP 200, \
+             content-type `application/json`, 15 bytes; body not shown): not JSON at line 1 \
+             column 1"
+        );
         for (body, what) in [
             ("[]", "expected a JSON object, got a list"),
             (

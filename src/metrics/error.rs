@@ -100,11 +100,14 @@ pub enum MetricError {
         reason: String,
     },
 
-    /// The server answered with an HTTP status other than 200.
+    /// The server answered with an HTTP status other than 200. Nothing of the body is kept
+    /// (`docs/security.md#messages`): its content type and length only. A 3xx is reported
+    /// here too: redirects are never followed.
     #[error(
-        "{} at {server} answered HTTP {status} for {subject}{}",
+        "{} at {server} answered HTTP {status} for {subject} ({}){}",
         subject.source_name(),
-        detail_suffix(detail)
+        Shape(content_type, *length),
+        redirect_note(*status)
     )]
     HttpStatus {
         /// What the request was about.
@@ -113,34 +116,46 @@ pub enum MetricError {
         server: String,
         /// The HTTP status code.
         status: u16,
-        /// Prometheus' own `error` text when the body carried one, else a short body excerpt.
-        detail: String,
+        /// The reply's media type, reduced to `type/subtype` token characters ([`media_type`]).
+        content_type: String,
+        /// The body length read, in bytes.
+        length: usize,
     },
 
-    /// Prometheus answered `status: "error"` (for example a PromQL syntax error).
-    #[error("Prometheus rejected {subject} (HTTP {status}, {error_type}): {message}")]
+    /// Prometheus answered `status: "error"` (for example a PromQL syntax error). Its error
+    /// text goes to the operator's debug log only: a real Prometheus quotes label values in it.
+    #[error(
+        "Prometheus rejected {subject} (HTTP {status}, {error_type}); its error text is in the \
+         operator's debug log"
+    )]
     QueryFailed {
         /// The query.
         subject: Subject,
         /// The HTTP status code of the reply.
         status: u16,
-        /// Prometheus' `errorType` (e.g. `bad_data`, `timeout`, `execution`).
-        error_type: String,
-        /// Prometheus' `error` text.
-        message: String,
+        /// Prometheus' `errorType` when it is one of the documented ones (`bad_data`,
+        /// `timeout`, `canceled`, `execution`, `internal`, `unavailable`, `not_found`,
+        /// `not_acceptable`), else `unknown`.
+        error_type: &'static str,
     },
 
     /// The body is not the JSON the API promises.
     #[error(
-        "{} reply for {subject} cannot be decoded (HTTP {status}): {reason}",
-        subject.source_name()
+        "{} reply for {subject} cannot be decoded (HTTP {status}, {}): {reason}",
+        subject.source_name(),
+        Shape(content_type, *length)
     )]
     Decode {
         /// What the request was about.
         subject: Subject,
         /// The HTTP status code of the reply.
         status: u16,
-        /// What was wrong with the body.
+        /// The reply's media type ([`media_type`]).
+        content_type: String,
+        /// The body length read, in bytes (for an oversized body: the bytes read before
+        /// stopping).
+        length: usize,
+        /// What was wrong with the body: a fixed text, with a line and column at most.
         reason: String,
     },
 
@@ -153,34 +168,29 @@ pub enum MetricError {
         subject: Subject,
     },
 
-    /// Prometheus returned more than one series where exactly one is required.
+    /// Prometheus returned more than one series where exactly one is required. Only the count
+    /// and the label *names* whose values differ are kept, never a value.
     #[error(
-        "Prometheus {subject} returned {count} series, expected exactly one: {first} and {second}; \
-         aggregate it, e.g. wrap it in avg(...) or sum(...)"
+        "Prometheus {subject} returned {count} series, expected exactly one; {}",
+        aggregate_hint(differing)
     )]
     MultipleSeries {
         /// The query.
         subject: Subject,
         /// How many series came back.
         count: usize,
-        /// The first series' label set, as `{a="b", …}`.
-        first: String,
-        /// The second series' label set.
-        second: String,
+        /// Label names whose values differ between the series, sorted, at most
+        /// [`MAX_LABEL_NAMES`].
+        differing: Vec<String>,
     },
 
     /// The sample is NaN or ±Inf.
-    #[error(
-        "Prometheus {subject} returned {value}{}, which is not measurable",
-        series_suffix(series)
-    )]
+    #[error("Prometheus {subject} returned {value}, which is not measurable")]
     NotMeasurable {
         /// The query.
         subject: Subject,
-        /// The raw value (`NaN`, `+Inf`, `-Inf`).
-        value: String,
-        /// The series' label set, when the value belongs to one series among several.
-        series: Option<String>,
+        /// `NaN`, `+Inf` or `-Inf`.
+        value: &'static str,
     },
 
     /// The reply decoded but breaks the protocol: wrong result type (a matrix), a sample without
@@ -195,29 +205,29 @@ pub enum MetricError {
 
     /// The decision server's reply holds no decision for the serviceId (and namespace).
     #[error(
-        "decision server returned no decision for {subject} (it answered for {others}); \
-         the fleet is held"
+        "decision server returned no decision for {subject} ({others} other decision(s) in the \
+         reply); the fleet is held"
     )]
     NoDecision {
         /// The serviceId asked for.
         subject: Subject,
-        /// The serviceIds it did answer for, as a short list, or `nothing`.
-        others: String,
+        /// How many decisions the reply held (for other serviceIds or namespaces).
+        others: usize,
     },
 
     /// Several decisions match the serviceId (and namespace).
     #[error(
         "decision server returned {count} decisions for {subject}, expected exactly one{}; \
          the fleet is held",
-        hint
+        if *namespaced { "" } else { "; set customProvider.namespace to pick one" }
     )]
     AmbiguousDecision {
         /// The serviceId asked for.
         subject: Subject,
         /// How many decisions matched.
         count: usize,
-        /// A hint, e.g. to set `customProvider.namespace`.
-        hint: String,
+        /// Whether `customProvider.namespace` was set (else the message suggests it).
+        namespaced: bool,
     },
 
     /// `replicas.active` is missing, negative, fractional or over int32.
@@ -225,31 +235,117 @@ pub enum MetricError {
     BadReplicas {
         /// The serviceId asked for.
         subject: Subject,
-        /// What is wrong with the number.
+        /// What is wrong with the number (a fixed text, never the number).
+        reason: &'static str,
+    },
+
+    /// The server is not allowed by the operator's egress policy
+    /// (`--allowed-server-addresses`, `docs/security.md#egress`).
+    #[error("{} at {server} refused by the operator's egress policy: {reason}", subject.source_name())]
+    Egress {
+        /// What the request was about.
+        subject: Subject,
+        /// The URL asked, without query string or credentials.
+        server: String,
+        /// Which rule refused it.
         reason: String,
+    },
+
+    /// A `serverHeadersFrom` Secret key could not be read (`docs/security.md#credentials`).
+    /// Names the header, the Secret and the key; never the value.
+    #[error(
+        "serverHeadersFrom `{header}`: key `{key}` of Secret `{secret}` cannot be read: {reason}"
+    )]
+    SecretHeader {
+        /// The header name.
+        header: String,
+        /// The Secret's name (in the scaler's namespace).
+        secret: String,
+        /// The key.
+        key: String,
+        /// Why: not found, forbidden, no such key, not a valid header value.
+        reason: String,
+    },
+
+    /// Too many metric requests in flight in the whole process (`docs/security.md#memory`):
+    /// the request waited for a slot until its timeout.
+    #[error("{} request for {subject} found no free request slot within {seconds}s", subject.source_name())]
+    Busy {
+        /// What the request was about.
+        subject: Subject,
+        /// The timeout that expired, in seconds.
+        seconds: f64,
     },
 }
 
-fn detail_suffix(detail: &str) -> String {
-    if detail.is_empty() {
-        String::new()
-    } else {
-        format!(": {detail}")
+/// Most label names listed in a [`MetricError::MultipleSeries`] message.
+pub const MAX_LABEL_NAMES: usize = 8;
+
+/// Content type and length of a reply, as shown in messages.
+struct Shape<'a>(&'a str, usize);
+
+impl fmt::Display for Shape<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.0.is_empty() { "none" } else { self.0 };
+        write!(f, "content-type `{kind}`, {} bytes; body not shown", self.1)
     }
 }
 
-fn series_suffix(series: &Option<String>) -> String {
-    match series {
-        Some(s) => format!(" for series {s}"),
-        None => String::new(),
+fn redirect_note(status: u16) -> &'static str {
+    if (300..400).contains(&status) {
+        "; redirects are not followed: point serverAddress at the final address"
+    } else {
+        ""
     }
+}
+
+fn aggregate_hint(differing: &[String]) -> String {
+    if differing.is_empty() {
+        "aggregate it, e.g. wrap it in avg(...) or sum(...)".to_owned()
+    } else {
+        let names = differing
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "they differ in {names}: aggregate over it, e.g. sum without ({}) (...) or avg(...)",
+            differing.join(", ")
+        )
+    }
+}
+
+/// The media type of a `Content-Type` header as shown in messages: the part before `;`,
+/// lower-cased, only RFC 9110 token characters and `/`, at most 64 bytes; empty when nothing
+/// is left. The server chooses this text, so nothing else of it is kept.
+pub fn media_type(raw: &str) -> String {
+    raw.split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~/".contains(*c))
+        .take(64)
+        .collect::<String>()
+        .to_ascii_lowercase()
+}
+
+/// A Prometheus label name as shown in messages: only when it is a valid label name
+/// (`[a-zA-Z_][a-zA-Z0-9_]*`) of at most 64 bytes.
+pub(crate) fn shown_label_name(name: &str) -> Option<&str> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    (first_ok && name.len() <= 64 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then_some(name)
 }
 
 impl MetricError {
     /// A short, stable label for the error's kind, for metrics and logs: `client`,
     /// `invalid_config`, `timeout`, `transport`, `http_status`, `query_error`, `decode`,
     /// `no_data`, `multiple_series`, `not_measurable`, `bad_reply`, `no_decision`,
-    /// `ambiguous_decision`, `bad_replicas`.
+    /// `ambiguous_decision`, `bad_replicas`, `egress_refused`, `secret_header`, `busy`.
     pub fn kind(&self) -> &'static str {
         match self {
             MetricError::Client { .. } => "client",
@@ -268,6 +364,9 @@ impl MetricError {
             MetricError::NoDecision { .. } => "no_decision",
             MetricError::AmbiguousDecision { .. } => "ambiguous_decision",
             MetricError::BadReplicas { .. } => "bad_replicas",
+            MetricError::Egress { .. } => "egress_refused",
+            MetricError::SecretHeader { .. } => "secret_header",
+            MetricError::Busy { .. } => "busy",
         }
     }
 
@@ -295,6 +394,9 @@ impl MetricError {
             MetricError::NoDecision { .. } => "NoDecision",
             MetricError::AmbiguousDecision { .. } => "AmbiguousDecision",
             MetricError::BadReplicas { .. } => "BadDecisionReplicas",
+            MetricError::Egress { .. } => "MetricEgressRefused",
+            MetricError::SecretHeader { .. } => "MetricSecretUnreadable",
+            MetricError::Busy { .. } => "MetricBusy",
         }
     }
 }

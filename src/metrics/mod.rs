@@ -14,6 +14,7 @@
 //! logged, and redacted in every `Debug` output of this module.
 
 mod decision;
+pub mod egress;
 mod error;
 mod prometheus;
 mod source;
@@ -25,17 +26,25 @@ use std::time::Duration;
 use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-pub use decision::{DECISION_API_VERSION, DEFAULT_DECISION_PATH, DecisionSource};
-pub use error::{MetricError, Subject};
-pub use prometheus::PrometheusSource;
-pub use source::{MetricSource, Readings};
+pub use decision::{
+    DECISION_API_VERSION, DEFAULT_DECISION_PATH, DecisionSource, decode_decision_body,
+};
+pub use error::{MetricError, Subject, media_type};
+pub use prometheus::{PrometheusSource, decode_instant_body, decode_per_pod_body};
+pub use source::{MetricSource, Readings, secret_headers};
 
 /// Default per-request timeout for metric requests: 5 seconds (spec §3).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Largest reply body accepted from a metric server, in bytes (8 MiB). A larger body is reported
-/// as [`MetricError::Decode`] rather than buffered.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Largest reply body accepted from a metric server, in bytes (1 MiB; `docs/security.md#memory`).
+/// A larger body is reported as [`MetricError::Decode`] rather than buffered: reading stops at
+/// the first chunk past the limit.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Most metric requests in flight in the whole process (`docs/security.md#memory`): with
+/// [`MAX_BODY_BYTES`] this bounds the reply bodies held at once to 32 MiB. A request waits for
+/// a free slot within its own timeout.
+pub const MAX_IN_FLIGHT: usize = 32;
 
 /// Installs rustls' aws-lc-rs crypto provider as the process default unless one is installed.
 ///
@@ -53,11 +62,14 @@ pub fn ensure_crypto_provider() {
 #[derive(Clone, Debug)]
 pub struct MetricsClient {
     http: reqwest::Client,
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl MetricsClient {
     /// Builds the shared client: rustls with the aws-lc-rs provider and the platform verifier,
-    /// a 5-second connect timeout, `HTTP(S)_PROXY` / `NO_PROXY` from the environment honoured.
+    /// a 5-second connect timeout, `HTTP(S)_PROXY` / `NO_PROXY` from the environment honoured,
+    /// redirects never followed, and every address a name resolves to checked against the
+    /// process' egress policy ([`egress::PolicyResolver`], `docs/security.md#egress`).
     ///
     /// Installs the crypto provider if none is installed yet ([`ensure_crypto_provider`]).
     ///
@@ -70,9 +82,14 @@ impl MetricsClient {
             .user_agent(concat!("llmscaler/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(DEFAULT_TIMEOUT)
             .pool_idle_timeout(Duration::from_secs(90))
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(egress::PolicyResolver)
             .build()
             .map_err(|source| MetricError::Client { source })?;
-        Ok(Self { http })
+        Ok(Self {
+            http,
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+        })
     }
 
     /// The underlying `reqwest` client.
@@ -99,7 +116,8 @@ impl Endpoint {
     /// A trailing `/` on the address is ignored.
     ///
     /// # Errors
-    /// [`MetricError::InvalidAddress`] when the address is not an absolute `http`/`https` URL;
+    /// [`MetricError::InvalidAddress`] when the address is not an absolute `http`/`https` URL or
+    /// holds user info (`user:password@`);
     /// [`MetricError::InvalidHeader`] when a header name or value is not valid HTTP (the message
     /// names the header, never its value).
     pub fn new(
@@ -107,8 +125,15 @@ impl Endpoint {
         server_headers: &BTreeMap<String, String>,
     ) -> Result<Self, MetricError> {
         let base = parse_base(server_address)?;
+        let policy = llmscaler_api::policy::current();
         let mut headers = HeaderMap::with_capacity(server_headers.len());
         for (name, value) in server_headers {
+            if let Some(reason) = policy.header_refusal(name) {
+                return Err(MetricError::InvalidHeader {
+                    name: name.clone(),
+                    reason,
+                });
+            }
             let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
                 MetricError::InvalidHeader {
                     name: name.clone(),
@@ -169,8 +194,9 @@ impl Endpoint {
         Ok(url)
     }
 
-    /// GETs `url` and returns `(status, content type, body)`, enforcing the timeout over the
-    /// whole exchange and the body size limit.
+    /// GETs `url` and returns `(status, content type, body)`, enforcing the egress policy,
+    /// the process-wide request slots ([`MAX_IN_FLIGHT`]), the timeout over the whole exchange
+    /// (waiting for a slot included) and the body size limit ([`MAX_BODY_BYTES`]).
     pub(crate) async fn get(
         &self,
         client: &MetricsClient,
@@ -179,7 +205,22 @@ impl Endpoint {
     ) -> Result<Reply, MetricError> {
         let server = shown_url(&url);
         let server = server.as_str();
+        if let Some(host) = url.host_str()
+            && let Err(reason) = llmscaler_api::policy::current().egress.check_host(host)
+        {
+            return Err(MetricError::Egress {
+                subject: subject.clone(),
+                server: server.to_owned(),
+                reason,
+            });
+        }
         let exchange = async {
+            let Ok(_slot) = client.slots.acquire().await else {
+                return Err(MetricError::Busy {
+                    subject: subject.clone(),
+                    seconds: self.timeout.as_secs_f64(),
+                });
+            };
             let mut response = client
                 .http()
                 .get(url)
@@ -189,12 +230,13 @@ impl Endpoint {
                 .await
                 .map_err(|e| transport_error(e, subject, server, self.timeout))?;
             let status = response.status();
-            let content_type = response
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
+            let content_type = error::media_type(
+                response
+                    .headers()
+                    .get(reqwest::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or(""),
+            );
             let mut body = Vec::new();
             while let Some(chunk) = response
                 .chunk()
@@ -205,7 +247,11 @@ impl Endpoint {
                     return Err(MetricError::Decode {
                         subject: subject.clone(),
                         status: status.as_u16(),
-                        reason: format!("reply larger than {MAX_BODY_BYTES} bytes"),
+                        content_type,
+                        length: body.len() + chunk.len(),
+                        reason: format!(
+                            "reply larger than {MAX_BODY_BYTES} bytes; reading stopped"
+                        ),
                     });
                 }
                 body.extend_from_slice(&chunk);
@@ -218,7 +264,7 @@ impl Endpoint {
             })
         };
         // reqwest's own timeout covers the exchange; this outer bound is a belt-and-braces guard
-        // so that nothing (DNS, a stalled body) can outlive the configured timeout.
+        // so that nothing (DNS, a stalled body, waiting for a slot) can outlive the timeout.
         match tokio::time::timeout(self.timeout + Duration::from_millis(100), exchange).await {
             Ok(result) => result,
             Err(_) => Err(MetricError::Timeout {
@@ -255,22 +301,56 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    /// The body as text, cut to `max` characters, with whitespace collapsed; for error messages.
-    pub(crate) fn snippet(&self, max: usize) -> String {
-        snippet(&String::from_utf8_lossy(&self.body), max)
+    /// Logs a short excerpt of the body at debug level, for the operator's own diagnosis; the
+    /// excerpt never goes to a condition or an Event (`docs/security.md#messages`).
+    pub(crate) fn log_excerpt(&self, why: &str) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let text = String::from_utf8_lossy(&self.body[..self.body.len().min(512)]);
+            let excerpt: String = text
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .take(200)
+                .collect();
+            tracing::debug!(server = %self.server, status = self.status, why, excerpt, "metric reply body");
+        }
+    }
+
+    /// The error for a reply whose body is not what the API promises: status, content type,
+    /// length and a fixed `reason`; the body is logged at debug level only.
+    pub(crate) fn decode_error(&self, subject: &Subject, reason: String) -> MetricError {
+        self.log_excerpt(&reason);
+        MetricError::Decode {
+            subject: subject.clone(),
+            status: self.status,
+            content_type: self.content_type.clone(),
+            length: self.body.len(),
+            reason,
+        }
+    }
+
+    /// The error for a non-200 reply: status, content type and length; the body is logged at
+    /// debug level only.
+    pub(crate) fn status_error(&self, subject: &Subject) -> MetricError {
+        self.log_excerpt("non-200 reply");
+        MetricError::HttpStatus {
+            subject: subject.clone(),
+            server: self.server.clone(),
+            status: self.status,
+            content_type: self.content_type.clone(),
+            length: self.body.len(),
+        }
     }
 }
 
-/// Collapses whitespace and cuts `text` to `max` characters (adding `…` when cut).
-pub(crate) fn snippet(text: &str, max: usize) -> String {
-    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() <= max {
-        collapsed
-    } else {
-        let mut cut: String = collapsed.chars().take(max).collect();
-        cut.push('…');
-        cut
-    }
+/// Where a JSON decoding error happened, without serde's own text (which quotes the input).
+pub(crate) fn json_position(error: &serde_json::Error) -> String {
+    let what = match error.classify() {
+        serde_json::error::Category::Io => "read error",
+        serde_json::error::Category::Syntax => "not JSON",
+        serde_json::error::Category::Data => "unexpected JSON shape",
+        serde_json::error::Category::Eof => "JSON cut short",
+    };
+    format!("{what} at line {} column {}", error.line(), error.column())
 }
 
 fn parse_base(server_address: &str) -> Result<Url, MetricError> {
@@ -286,6 +366,14 @@ fn parse_base(server_address: &str) -> Result<Url, MetricError> {
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(invalid("no host".to_owned()));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        // The credentials are never echoed: the address is shown without them.
+        return Err(MetricError::InvalidAddress {
+            address: shown_url(&url),
+            reason: "user info (`user:password@`) is refused; send credentials in serverHeaders"
+                .to_owned(),
+        });
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(invalid(
@@ -320,13 +408,48 @@ fn transport_error(
             seconds: timeout.as_secs_f64(),
         }
     } else {
+        tracing::debug!(server, error = %error_chain(&error), "metric request failed");
         MetricError::Transport {
             subject: subject.clone(),
             server: server.to_owned(),
-            // The URL is part of the subject's context; strip it from reqwest's message so the
-            // text stays short and never repeats query strings twice.
-            reason: error_chain(&error.without_url()),
+            reason: transport_reason(&error),
         }
+    }
+}
+
+/// A fixed description of a transport failure: its class and, when the failure comes from the
+/// local system (refused, reset, DNS), the OS error kind. Text the peer chose (a certificate's
+/// names, a malformed status line) never appears; the whole chain goes to the debug log.
+fn transport_reason(error: &reqwest::Error) -> String {
+    let mut io_kind = None;
+    let mut egress = None;
+    let mut source: Option<&dyn std::error::Error> = Some(error);
+    while let Some(inner) = source {
+        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+            io_kind.get_or_insert(io.kind());
+        }
+        if let Some(refused) = inner.downcast_ref::<egress::Refused>() {
+            egress.get_or_insert(refused.to_string());
+        }
+        source = inner.source();
+    }
+    if let Some(refused) = egress {
+        return refused;
+    }
+    let class = if error.is_connect() {
+        "connection failed"
+    } else if error.is_body() {
+        "the reply body broke off"
+    } else if error.is_request() {
+        "the request failed"
+    } else if error.is_decode() {
+        "the reply could not be read"
+    } else {
+        "the exchange failed"
+    };
+    match io_kind {
+        Some(kind) => format!("{class} ({kind})"),
+        None => class.to_owned(),
     }
 }
 
@@ -413,7 +536,7 @@ mod tests {
     fn debug_redacts_header_values() {
         let headers = BTreeMap::from([
             ("Authorization".to_owned(), "Bearer s3cr3t-token".to_owned()),
-            ("X-Scope-OrgID".to_owned(), "tenant-42".to_owned()),
+            ("X-Api-Key".to_owned(), "tenant-42".to_owned()),
         ]);
         let ep = Endpoint::new("http://h:1", &headers).expect("endpoint");
         let debug = format!("{ep:?}");
@@ -447,8 +570,19 @@ mod tests {
     }
 
     #[test]
-    fn snippet_collapses_and_cuts() {
-        assert_eq!(snippet("a \n\n b", 10), "a b");
-        assert_eq!(snippet("abcdef", 3), "abc…");
+    fn user_info_and_refused_headers_are_refused() {
+        let err = Endpoint::new("http://u:p@h:1", &BTreeMap::new()).expect_err("userinfo");
+        assert!(!err.to_string().contains("u:p"), "{err}");
+        for name in [
+            "Host",
+            "Range",
+            "X-Forwarded-For",
+            "X-Scope-OrgID",
+            "Metadata-Flavor",
+        ] {
+            let headers = BTreeMap::from([(name.to_owned(), "v".to_owned())]);
+            let err = Endpoint::new("http://h:1", &headers).expect_err(name);
+            assert_eq!(err.kind(), "invalid_config", "{name}");
+        }
     }
 }

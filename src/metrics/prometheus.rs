@@ -1,17 +1,17 @@
 //! Prometheus HTTP API client: instant queries (spec §3) and the per-pod deletion-cost query
 //! (spec §5).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
+use serde::de::{DeserializeSeed, IgnoredAny, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
-use super::{Endpoint, MetricError, MetricsClient, Reply, Subject};
+use super::error::{MAX_LABEL_NAMES, shown_label_name};
+use super::{Endpoint, MetricError, MetricsClient, Reply, Subject, json_position};
 
 /// Path of the instant-query endpoint, relative to `serverAddress`.
 pub const QUERY_PATH: &str = "/api/v1/query";
-
-/// Excerpt length, in characters, of a non-JSON body quoted in an error message.
-const BODY_EXCERPT_CHARS: usize = 200;
 
 /// Reads PromQL instant queries from one Prometheus server (spec §3).
 ///
@@ -42,11 +42,12 @@ impl PrometheusSource {
     /// # Errors
     /// - [`MetricError::Timeout`] after the endpoint's timeout (seconds), [`MetricError::Transport`]
     ///   when the server cannot be reached;
-    /// - [`MetricError::QueryFailed`] when Prometheus answers `status: "error"` (its own message,
-    ///   e.g. a PromQL parse error, is kept); [`MetricError::HttpStatus`] for any other non-200;
-    ///   [`MetricError::Decode`] for a body that is not Prometheus API JSON;
+    /// - [`MetricError::QueryFailed`] when Prometheus answers `status: "error"` (its
+    ///   `errorType` only; the text goes to the debug log); [`MetricError::HttpStatus`] for any
+    ///   other non-200, a 3xx included; [`MetricError::Decode`] for a body that is not
+    ///   Prometheus API JSON or is over [`super::MAX_BODY_BYTES`];
     /// - [`MetricError::NoData`] for an empty vector; [`MetricError::MultipleSeries`] for more
-    ///   than one series (lists the first two label sets); [`MetricError::NotMeasurable`] for NaN
+    ///   than one series (the count and the label names that differ); [`MetricError::NotMeasurable`] for NaN
     ///   or ±Inf; [`MetricError::BadReply`] for a matrix or string result.
     pub async fn query(&self, query: &str) -> Result<f64, MetricError> {
         let subject = Subject::Query(query.to_owned());
@@ -74,84 +75,127 @@ impl PrometheusSource {
     }
 }
 
-/// The Prometheus API envelope (`/api/v1/query`).
-#[derive(Debug, Deserialize)]
-struct Envelope {
-    status: String,
-    #[serde(default)]
-    data: Option<Data>,
-    #[serde(default, rename = "errorType")]
-    error_type: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
+/// Decodes the body of a `/api/v1/query` reply (HTTP status 200 assumed) that must hold exactly
+/// one finite value: the function `llmscaler probe`, the fuzz target and the memory test call.
+/// Streams over the body: at most one sample and the label names that differ are kept,
+/// whatever the number of series (`docs/security.md#memory`).
+///
+/// # Errors
+/// As [`PrometheusSource::query`] for a 200 reply.
+pub fn decode_instant_body(query: &str, body: &[u8]) -> Result<f64, MetricError> {
+    let reply = Reply {
+        server: String::new(),
+        status: 200,
+        content_type: "application/json".to_owned(),
+        body: body.to_vec(),
+    };
+    decode_single(&Subject::Query(query.to_owned()), &reply)
 }
 
-#[derive(Debug, Deserialize)]
-struct Data {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: serde_json::Value,
+/// Decodes the body of a per-pod (`deletionCostQuery`) reply into `pod -> value`, streaming.
+///
+/// # Errors
+/// As [`PrometheusSource::query_per_pod`] for a 200 reply.
+pub fn decode_per_pod_body(query: &str, body: &[u8]) -> Result<BTreeMap<String, f64>, MetricError> {
+    let reply = Reply {
+        server: String::new(),
+        status: 200,
+        content_type: "application/json".to_owned(),
+        body: body.to_vec(),
+    };
+    decode_per_pod(&Subject::Query(query.to_owned()), &reply)
 }
 
-#[derive(Debug, Deserialize)]
-struct VectorSample {
-    #[serde(default)]
-    metric: BTreeMap<String, String>,
-    /// `[timestamp, "value"]`; absent for native-histogram samples.
-    #[serde(default)]
-    value: Option<(serde_json::Value, String)>,
+/// The Prometheus API envelope (`/api/v1/query`). `data.result` is kept as raw JSON (borrowed
+/// from the body, nothing allocated) and decoded by a streaming visitor once `resultType` is
+/// known, whatever the key order.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    status: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    data: Option<Data<'a>>,
+    #[serde(default, borrow, rename = "errorType")]
+    error_type: Option<&'a RawValue>,
 }
 
-/// The decoded `data.result`.
-#[derive(Debug)]
-enum QueryResult {
-    Vector(Vec<VectorSample>),
-    Scalar(String),
+#[derive(Deserialize)]
+struct Data<'a> {
+    #[serde(default, borrow, rename = "resultType")]
+    result_type: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
 }
 
-/// Checks status and envelope, returning the result.
-fn decode_envelope(subject: &Subject, reply: &Reply) -> Result<QueryResult, MetricError> {
-    let parsed: Result<Envelope, _> = serde_json::from_slice(&reply.body);
+/// A JSON string's value when `raw` is a plain string without escapes, else `None`.
+fn plain_str(raw: Option<&RawValue>) -> Option<&str> {
+    let text = raw?.get();
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
+}
+
+/// Prometheus' documented `errorType` values; anything else shows as `unknown`.
+fn known_error_type(raw: Option<&RawValue>) -> &'static str {
+    const KNOWN: [&str; 8] = [
+        "bad_data",
+        "timeout",
+        "canceled",
+        "execution",
+        "internal",
+        "unavailable",
+        "not_found",
+        "not_acceptable",
+    ];
+    plain_str(raw)
+        .and_then(|t| KNOWN.iter().find(|k| **k == t))
+        .copied()
+        .unwrap_or("unknown")
+}
+
+/// The result kinds a reply can carry.
+enum ResultKind<'a> {
+    Vector(&'a RawValue),
+    Scalar(&'a RawValue),
+}
+
+/// Checks status and envelope, returning the raw result and its kind.
+fn decode_envelope<'a>(subject: &Subject, reply: &'a Reply) -> Result<ResultKind<'a>, MetricError> {
+    let parsed: Result<Envelope<'a>, _> = serde_json::from_slice(&reply.body);
     if reply.status != 200 {
         return Err(match parsed {
-            Ok(Envelope {
-                status,
-                error_type,
-                error: Some(message),
-                ..
-            }) if status == "error" => MetricError::QueryFailed {
-                subject: subject.clone(),
-                status: reply.status,
-                error_type: error_type.unwrap_or_else(|| "unknown".to_owned()),
-                message,
-            },
-            _ => MetricError::HttpStatus {
-                subject: subject.clone(),
-                server: reply.server.clone(),
-                status: reply.status,
-                detail: reply.snippet(BODY_EXCERPT_CHARS),
-            },
+            Ok(envelope) if plain_str(envelope.status) == Some("error") => {
+                reply.log_excerpt("Prometheus error reply");
+                MetricError::QueryFailed {
+                    subject: subject.clone(),
+                    status: reply.status,
+                    error_type: known_error_type(envelope.error_type),
+                }
+            }
+            _ => reply.status_error(subject),
         });
     }
-    let envelope = parsed.map_err(|e| MetricError::Decode {
-        subject: subject.clone(),
-        status: reply.status,
-        reason: format!(
-            "not Prometheus API JSON ({}; content-type `{}`; body starts `{}`)",
-            e,
-            reply.content_type,
-            reply.snippet(80)
-        ),
+    let envelope = parsed.map_err(|e| {
+        reply.decode_error(
+            subject,
+            format!("not Prometheus API JSON ({})", json_position(&e)),
+        )
     })?;
-    if envelope.status != "success" {
-        return Err(MetricError::QueryFailed {
-            subject: subject.clone(),
-            status: reply.status,
-            error_type: envelope.error_type.unwrap_or_else(|| "unknown".to_owned()),
-            message: envelope
-                .error
-                .unwrap_or_else(|| format!("status `{}`", envelope.status)),
-        });
+    match plain_str(envelope.status) {
+        Some("success") => {}
+        Some("error") => {
+            reply.log_excerpt("Prometheus error reply");
+            return Err(MetricError::QueryFailed {
+                subject: subject.clone(),
+                status: reply.status,
+                error_type: known_error_type(envelope.error_type),
+            });
+        }
+        _ => {
+            return Err(reply.decode_error(
+                subject,
+                "`status` is neither \"success\" nor \"error\"".to_owned(),
+            ));
+        }
     }
     let bad = |reason: String| MetricError::BadReply {
         subject: subject.clone(),
@@ -160,85 +204,213 @@ fn decode_envelope(subject: &Subject, reply: &Reply) -> Result<QueryResult, Metr
     let data = envelope
         .data
         .ok_or_else(|| bad("`data` is missing".to_owned()))?;
-    match data.result_type.as_str() {
-        "vector" => serde_json::from_value::<Vec<VectorSample>>(data.result)
-            .map(QueryResult::Vector)
-            .map_err(|e| bad(format!("malformed vector: {e}"))),
-        "scalar" => serde_json::from_value::<(serde_json::Value, String)>(data.result)
-            .map(|(_, v)| QueryResult::Scalar(v))
-            .map_err(|e| bad(format!("malformed scalar: {e}"))),
-        "matrix" => Err(bad(
+    let result = data
+        .result
+        .ok_or_else(|| bad("`data.result` is missing".to_owned()))?;
+    match plain_str(data.result_type) {
+        Some("vector") => Ok(ResultKind::Vector(result)),
+        Some("scalar") => Ok(ResultKind::Scalar(result)),
+        Some("matrix") => Err(bad(
             "the result is a range vector (matrix); use an instant query, e.g. \
              avg(avg_over_time(metric[1m])) instead of metric[1m]"
                 .to_owned(),
         )),
-        other => Err(bad(format!(
-            "result type `{other}` is not supported (expected an instant vector or a scalar)"
-        ))),
+        _ => Err(bad(
+            "the result type is not supported (expected an instant vector or a scalar)".to_owned(),
+        )),
+    }
+}
+
+/// One vector sample as streamed: its labels and its value text (`None` for a native
+/// histogram sample). Other members are skipped without being kept.
+#[derive(Deserialize)]
+struct VectorSample {
+    #[serde(default)]
+    metric: BTreeMap<String, String>,
+    #[serde(default)]
+    value: Option<(IgnoredAny, String)>,
+}
+
+/// What a streamed vector keeps of its samples.
+trait SampleSink {
+    /// Takes one sample; an `Err` stops the stream.
+    fn take(&mut self, sample: VectorSample) -> Result<(), MetricError>;
+}
+
+/// Streams a JSON array of samples into a sink, one element at a time.
+struct Stream<'s, S>(&'s mut S, &'s mut Option<MetricError>);
+
+impl<'de, S: SampleSink> DeserializeSeed<'de> for Stream<'_, S> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de, S: SampleSink> Visitor<'de> for Stream<'_, S> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of samples")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(sample) = seq.next_element::<VectorSample>()? {
+            if let Err(err) = self.0.take(sample) {
+                *self.1 = Some(err);
+                // Stop here: the rest of the array is never looked at.
+                return Err(serde::de::Error::custom("stopped"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn stream<S: SampleSink>(
+    subject: &Subject,
+    raw: &RawValue,
+    sink: &mut S,
+) -> Result<(), MetricError> {
+    let mut stopped = None;
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    let result = Stream(sink, &mut stopped).deserialize(&mut deserializer);
+    match (stopped, result) {
+        (Some(err), _) => Err(err),
+        (None, Ok(())) => Ok(()),
+        (None, Err(e)) => Err(MetricError::BadReply {
+            subject: subject.clone(),
+            reason: format!("malformed vector ({})", json_position(&e)),
+        }),
+    }
+}
+
+/// Keeps the first sample, the count, and the label names whose values differ.
+#[derive(Default)]
+struct SingleSink {
+    count: usize,
+    first: Option<VectorSample>,
+    differing: BTreeSet<String>,
+}
+
+impl SampleSink for SingleSink {
+    fn take(&mut self, sample: VectorSample) -> Result<(), MetricError> {
+        self.count += 1;
+        let Some(first) = &self.first else {
+            self.first = Some(sample);
+            return Ok(());
+        };
+        if self.differing.len() < MAX_LABEL_NAMES {
+            let names = first.metric.keys().chain(sample.metric.keys());
+            for name in names {
+                if first.metric.get(name) != sample.metric.get(name)
+                    && let Some(shown) = shown_label_name(name)
+                    && self.differing.len() < MAX_LABEL_NAMES
+                {
+                    self.differing.insert(shown.to_owned());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Maps each sample's `pod` label to its value; refuses a sample without one, a duplicate pod
+/// or a value that is not a finite number as soon as it is seen.
+struct PerPodSink<'s> {
+    subject: &'s Subject,
+    costs: BTreeMap<String, f64>,
+}
+
+impl SampleSink for PerPodSink<'_> {
+    fn take(&mut self, mut sample: VectorSample) -> Result<(), MetricError> {
+        let bad = |reason: String| MetricError::BadReply {
+            subject: self.subject.clone(),
+            reason,
+        };
+        let Some(pod) = sample.metric.remove("pod") else {
+            let mut names: Vec<&str> = sample
+                .metric
+                .keys()
+                .filter_map(|n| shown_label_name(n))
+                .take(MAX_LABEL_NAMES)
+                .collect();
+            names.sort_unstable();
+            return Err(bad(format!(
+                "a series has no `pod` label (its labels: {}); keep it, e.g. with `sum by (pod) (...)`",
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        };
+        let raw = sample_value(self.subject, &sample)?;
+        let value = parse_value(self.subject, raw)?;
+        if self.costs.insert(pod, value).is_some() {
+            return Err(bad(
+                "a pod appears in more than one series; aggregate by pod, e.g. \
+                 `max by (pod) (...)`"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
     }
 }
 
 /// Decodes an instant-query reply that must hold exactly one finite value.
 fn decode_single(subject: &Subject, reply: &Reply) -> Result<f64, MetricError> {
     match decode_envelope(subject, reply)? {
-        QueryResult::Scalar(raw) => parse_value(subject, &raw, None),
-        QueryResult::Vector(samples) => match samples.as_slice() {
-            [] => Err(MetricError::NoData {
-                subject: subject.clone(),
-            }),
-            [only] => {
-                let raw = sample_value(subject, only)?;
-                parse_value(subject, raw, None)
+        ResultKind::Scalar(raw) => {
+            let (_, value): (IgnoredAny, String) =
+                serde_json::from_str(raw.get()).map_err(|e| MetricError::BadReply {
+                    subject: subject.clone(),
+                    reason: format!("malformed scalar ({})", json_position(&e)),
+                })?;
+            parse_value(subject, &value)
+        }
+        ResultKind::Vector(raw) => {
+            let mut sink = SingleSink::default();
+            stream(subject, raw, &mut sink)?;
+            match (sink.count, sink.first) {
+                (0, _) | (_, None) => Err(MetricError::NoData {
+                    subject: subject.clone(),
+                }),
+                (1, Some(only)) => {
+                    let raw = sample_value(subject, &only)?;
+                    parse_value(subject, raw)
+                }
+                (count, Some(_)) => Err(MetricError::MultipleSeries {
+                    subject: subject.clone(),
+                    count,
+                    differing: sink.differing.into_iter().collect(),
+                }),
             }
-            [first, second, ..] => Err(MetricError::MultipleSeries {
-                subject: subject.clone(),
-                count: samples.len(),
-                first: label_set(&first.metric),
-                second: label_set(&second.metric),
-            }),
-        },
+        }
     }
 }
 
 /// Decodes a per-pod reply into `pod -> value`.
 fn decode_per_pod(subject: &Subject, reply: &Reply) -> Result<BTreeMap<String, f64>, MetricError> {
-    let bad = |reason: String| MetricError::BadReply {
-        subject: subject.clone(),
-        reason,
-    };
-    let samples = match decode_envelope(subject, reply)? {
-        QueryResult::Vector(samples) => samples,
-        QueryResult::Scalar(_) => {
-            return Err(bad(
-                "the result is a scalar; a deletion-cost query must return one series per pod, \
-                 each with a `pod` label"
+    let raw = match decode_envelope(subject, reply)? {
+        ResultKind::Vector(raw) => raw,
+        ResultKind::Scalar(_) => {
+            return Err(MetricError::BadReply {
+                subject: subject.clone(),
+                reason: "the result is a scalar; a deletion-cost query must return one series \
+                         per pod, each with a `pod` label"
                     .to_owned(),
-            ));
+            });
         }
     };
-    if samples.is_empty() {
+    let mut sink = PerPodSink {
+        subject,
+        costs: BTreeMap::new(),
+    };
+    stream(subject, raw, &mut sink)?;
+    if sink.costs.is_empty() {
         return Err(MetricError::NoData {
             subject: subject.clone(),
         });
     }
-    let mut costs = BTreeMap::new();
-    for sample in &samples {
-        let Some(pod) = sample.metric.get("pod") else {
-            return Err(bad(format!(
-                "series {} has no `pod` label; keep it, e.g. with `sum by (pod) (...)`",
-                label_set(&sample.metric)
-            )));
-        };
-        let raw = sample_value(subject, sample)?;
-        let value = parse_value(subject, raw, Some(&sample.metric))?;
-        if costs.insert(pod.clone(), value).is_some() {
-            return Err(bad(format!(
-                "pod `{pod}` appears in more than one series; aggregate by pod, e.g. \
-                 `max by (pod) (...)`"
-            )));
-        }
-    }
-    Ok(costs)
+    Ok(sink.costs)
 }
 
 fn sample_value<'a>(subject: &Subject, sample: &'a VectorSample) -> Result<&'a str, MetricError> {
@@ -248,24 +420,18 @@ fn sample_value<'a>(subject: &Subject, sample: &'a VectorSample) -> Result<&'a s
         .map(|(_, v)| v.as_str())
         .ok_or_else(|| MetricError::BadReply {
             subject: subject.clone(),
-            reason: format!(
-                "series {} has no float value (a native histogram?); use histogram_quantile(...) \
-                 or another function that returns a number",
-                label_set(&sample.metric)
-            ),
+            reason: "a series has no float value (a native histogram?); use \
+                     histogram_quantile(...) or another function that returns a number"
+                .to_owned(),
         })
 }
 
 /// Parses a Prometheus sample value (`"1.5"`, `"NaN"`, `"+Inf"`, `"-Inf"`); only finite values
-/// pass.
-fn parse_value(
-    subject: &Subject,
-    raw: &str,
-    series: Option<&BTreeMap<String, String>>,
-) -> Result<f64, MetricError> {
+/// pass. The text itself is never quoted back.
+fn parse_value(subject: &Subject, raw: &str) -> Result<f64, MetricError> {
     let value: f64 = raw.trim().parse().map_err(|_| MetricError::BadReply {
         subject: subject.clone(),
-        reason: format!("sample value `{raw}` is not a number"),
+        reason: format!("a sample value is not a number ({} bytes)", raw.len()),
     })?;
     if value.is_finite() {
         Ok(value)
@@ -279,21 +445,9 @@ fn parse_value(
         };
         Err(MetricError::NotMeasurable {
             subject: subject.clone(),
-            value: shown.to_owned(),
-            series: series.map(label_set),
+            value: shown,
         })
     }
-}
-
-/// Renders a label set the way PromQL writes a selector: `name{a="b", c="d"}`.
-fn label_set(labels: &BTreeMap<String, String>) -> String {
-    let name = labels.get("__name__").map(String::as_str).unwrap_or("");
-    let inner: Vec<String> = labels
-        .iter()
-        .filter(|(k, _)| k.as_str() != "__name__")
-        .map(|(k, v)| format!("{k}=\"{}\"", v.escape_default()))
-        .collect();
-    format!("{name}{{{}}}", inner.join(", "))
 }
 
 #[cfg(test)]
@@ -344,17 +498,25 @@ mod tests {
     }
 
     #[test]
-    fn two_series_name_both_label_sets_and_say_aggregate() {
+    fn several_series_give_the_count_and_the_differing_label_names_never_values() {
         let body = r#"{"status":"success","data":{"resultType":"vector","result":[
-            {"metric":{"__name__":"m","pod":"a"},"value":[1,"1"]},
-            {"metric":{"__name__":"m","pod":"b"},"value":[1,"2"]},
-            {"metric":{"__name__":"m","pod":"c"},"value":[1,"3"]}]}}"#;
+            {"metric":{"__name__":"m","pod":"secret-a","ns":"t"},"value":[1,"1"]},
+            {"metric":{"__name__":"m","pod":"secret-b","ns":"t"},"value":[1,"2"]},
+            {"metric":{"__name__":"m","pod":"secret-c","ns":"t","tenant":"x"},"value":[1,"3"]}]}}"#;
         let err = single(200, body).expect_err("three series");
         assert_eq!(err.kind(), "multiple_series");
         assert_eq!(
             err.to_string(),
-            "Prometheus query `avg(x)` returned 3 series, expected exactly one: m{pod=\"a\"} and \
-             m{pod=\"b\"}; aggregate it, e.g. wrap it in avg(...) or sum(...)"
+            "Prometheus query `avg(x)` returned 3 series, expected exactly one; they differ in \
+             `pod`, `tenant`: aggregate over it, e.g. sum without (pod, tenant) (...) or avg(...)"
+        );
+        // count_values turns values into label values: still never shown.
+        let body = r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"value":"hunter2"},"value":[1,"1"]},{"metric":{"value":"s3cr3t"},"value":[1,"1"]}]}}"#;
+        let text = single(200, body).expect_err("two").to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains("s3cr3t"),
+            "{text}"
         );
     }
 
@@ -392,43 +554,62 @@ mod tests {
     }
 
     #[test]
-    fn prometheus_error_keeps_its_message_and_status() {
-        let body = r#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected end of input"}"#;
+    fn prometheus_error_gives_its_type_and_status_never_its_text() {
+        let body = r#"{"status":"error","errorType":"bad_data","error":"found duplicate series for the match group {pod=\"secret\"}"}"#;
         let err = single(400, body).expect_err("syntax");
         assert_eq!(err.kind(), "query_error");
         assert_eq!(
             err.to_string(),
-            "Prometheus rejected query `avg(x)` (HTTP 400, bad_data): 1:5: parse error: \
-             unexpected end of input"
+            "Prometheus rejected query `avg(x)` (HTTP 400, bad_data); its error text is in the \
+             operator's debug log"
         );
+        let body = r#"{"status":"error","errorType":"leaked-value","error":"x"}"#;
+        let text = single(422, body).expect_err("odd type").to_string();
+        assert!(text.contains("(HTTP 422, unknown)"), "{text}");
     }
 
     #[test]
-    fn non_200_without_envelope_names_status_and_body() {
-        let err = single(401, "Unauthorized\n").expect_err("401");
+    fn non_200_gives_status_type_and_length_never_the_body() {
+        let err = single(401, "Unauthorized: token for tenant-secret\n").expect_err("401");
         assert_eq!(err.kind(), "http_status");
         assert_eq!(
             err.to_string(),
-            "Prometheus at http://h:1/path answered HTTP 401 for query `avg(x)`: Unauthorized"
+            "Prometheus at http://h:1/path answered HTTP 401 for query `avg(x)` (content-type \
+             `application/json`, 38 bytes; body not shown)"
         );
-        let err = single(503, "").expect_err("503");
-        assert_eq!(
-            err.to_string(),
-            "Prometheus at http://h:1/path answered HTTP 503 for query `avg(x)`"
+        let err = single(302, "").expect_err("302");
+        assert!(
+            err.to_string().contains("redirects are not followed"),
+            "{err}"
         );
     }
 
     #[test]
-    fn html_body_is_a_decode_error() {
-        let mut r = reply(200, "<html><body>Login</body></html>");
+    fn html_body_is_a_decode_error_without_the_body() {
+        let mut r = reply(200, "<html><body>internal-admin-panel</body></html>");
         r.content_type = "text/html".to_owned();
         let err = decode_single(&subject(), &r).expect_err("html");
         assert_eq!(err.kind(), "decode");
         let text = err.to_string();
-        assert!(
-            text.starts_with("Prometheus reply for query `avg(x)` cannot be decoded (HTTP 200)")
+        assert_eq!(
+            text,
+            "Prometheus reply for query `avg(x)` cannot be decoded (HTTP 200, content-type \
+             `text/html`, 46 bytes; body not shown): not Prometheus API JSON (not JSON at line 1 \
+             column 1)"
         );
-        assert!(text.contains("content-type `text/html`"), "{text}");
+    }
+
+    #[test]
+    fn wrong_types_never_quote_the_body() {
+        for body in [
+            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":["topsecret"]},"value":[1,"1"]}]}}"#,
+            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"topsecret"]}]}}"#,
+            r#"{"status":"success","data":{"resultType":"scalar","result":"topsecret"}}"#,
+            r#"{"status":"topsecret"}"#,
+        ] {
+            let text = single(200, body).expect_err(body).to_string();
+            assert!(!text.contains("topsecret"), "{text}");
+        }
     }
 
     #[test]
@@ -466,17 +647,17 @@ mod tests {
             (
                 r#"[{"metric":{"app":"x"},"value":[1,"3"]}]"#,
                 "bad_reply",
-                "series {app=\"x\"} has no `pod` label",
+                "a series has no `pod` label (its labels: app)",
             ),
             (
                 r#"[{"metric":{"pod":"a"},"value":[1,"3"]},{"metric":{"pod":"a"},"value":[1,"4"]}]"#,
                 "bad_reply",
-                "pod `a` appears in more than one series",
+                "a pod appears in more than one series",
             ),
             (
                 r#"[{"metric":{"pod":"a"},"value":[1,"NaN"]}]"#,
                 "not_measurable",
-                "returned NaN for series {pod=\"a\"}",
+                "returned NaN, which is not measurable",
             ),
             (r#"[]"#, "no_data", "returned no data"),
         ];
@@ -495,16 +676,5 @@ mod tests {
                 .kind(),
             "bad_reply"
         );
-    }
-
-    #[test]
-    fn label_sets_render_like_promql() {
-        let labels = BTreeMap::from([
-            ("__name__".to_owned(), "vllm:x".to_owned()),
-            ("pod".to_owned(), "p\"1".to_owned()),
-            ("app".to_owned(), "a".to_owned()),
-        ]);
-        assert_eq!(label_set(&labels), "vllm:x{app=\"a\", pod=\"p\\\"1\"}");
-        assert_eq!(label_set(&BTreeMap::new()), "{}");
     }
 }

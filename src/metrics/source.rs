@@ -19,6 +19,62 @@ pub enum MetricSource {
     Decision(DecisionSource),
 }
 
+/// `spec.serverHeaders` plus the values of `spec.serverHeadersFrom`, each read now from its
+/// Secret in `namespace` (`docs/security.md#credentials`): a rotated Secret is used at the next
+/// sync. Values are never logged; errors name the header, Secret and key only.
+///
+/// # Errors
+/// [`MetricError::SecretHeader`] when a Secret or key cannot be read or is not valid UTF-8.
+pub async fn secret_headers(
+    client: &kube::Client,
+    namespace: &str,
+    spec: &LLMScalerSpec,
+) -> Result<BTreeMap<String, String>, MetricError> {
+    let mut headers = spec.server_headers.clone().unwrap_or_default();
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), namespace);
+    for entry in spec.server_headers_from.iter().flatten() {
+        let reference = &entry.secret_key_ref;
+        let failed = |reason: String| MetricError::SecretHeader {
+            header: entry.name.clone(),
+            secret: reference.name.clone(),
+            key: reference.key.clone(),
+            reason,
+        };
+        let secret = match secrets.get_opt(&reference.name).await {
+            Ok(Some(secret)) => secret,
+            Ok(None) => return Err(failed("no such Secret".to_owned())),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                return Err(failed(
+                    "the operator may not read it (grant it `get` on this Secret, \
+                     docs/security.md#credentials)"
+                        .to_owned(),
+                ));
+            }
+            Err(err) => return Err(failed(format!("API error ({})", error_class(&err)))),
+        };
+        let value = secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(&reference.key))
+            .ok_or_else(|| failed("no such key".to_owned()))?;
+        let text = String::from_utf8(value.0.clone())
+            .map_err(|_| failed("the value is not UTF-8".to_owned()))?;
+        headers.insert(
+            entry.name.clone(),
+            text.trim_end_matches(['\r', '\n']).to_owned(),
+        );
+    }
+    Ok(headers)
+}
+
+fn error_class(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => format!("HTTP {}", status.code),
+        _ => "unreachable".to_owned(),
+    }
+}
+
 /// What one evaluation read, before the engine turns it into replicas.
 #[derive(Debug)]
 pub enum Readings {
@@ -38,10 +94,20 @@ impl MetricSource {
     /// shown).
     pub fn from_spec(client: &MetricsClient, spec: &LLMScalerSpec) -> Result<Self, MetricError> {
         let empty = BTreeMap::new();
-        let endpoint = Endpoint::new(
-            &spec.server_address,
-            spec.server_headers.as_ref().unwrap_or(&empty),
-        )?;
+        Self::with_headers(client, spec, spec.server_headers.as_ref().unwrap_or(&empty))
+    }
+
+    /// [`MetricSource::from_spec`] with the headers given (`serverHeaders` merged with the
+    /// values of `serverHeadersFrom`, [`secret_headers`]) instead of `spec.serverHeaders`.
+    ///
+    /// # Errors
+    /// As [`MetricSource::from_spec`].
+    pub fn with_headers(
+        client: &MetricsClient,
+        spec: &LLMScalerSpec,
+        headers: &BTreeMap<String, String>,
+    ) -> Result<Self, MetricError> {
+        let endpoint = Endpoint::new(&spec.server_address, headers)?;
         Ok(match spec.effective_provider() {
             MetricProvider::Prometheus => {
                 MetricSource::Prometheus(PrometheusSource::new(client.clone(), endpoint))

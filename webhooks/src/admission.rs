@@ -55,7 +55,12 @@ pub fn validate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         Ok(scaler) => scaler,
         Err(errors) => return invalid(response, &errors),
     };
-    let errors = validate_spec(&scaler.spec);
+    let mut errors = validate_spec(&scaler.spec);
+    errors.extend(llmscaler_api::validation::validate_namespace_rules(
+        &scaler.spec,
+        req.namespace.as_deref().unwrap_or_default(),
+        llmscaler_api::policy::current(),
+    ));
     let warnings = spec_warnings(&scaler.spec);
     let mut response = if errors.is_empty() {
         response

@@ -8,6 +8,71 @@ use std::time::Duration;
 use crate::Error;
 use crate::server::{self, CertResolver};
 
+/// The operator-wide policy flags of `llmscaler run` and `llmscaler webhook`
+/// (`docs/security.md`; Helm values `egress.allowedServerAddresses`,
+/// `egress.allowTenantHeader`, `maxReplicasCap`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PolicyArgs {
+    /// Where metric requests may go: comma-separated host patterns (`prometheus.monitoring.svc`,
+    /// `*.monitoring.svc.cluster.local`, `*`) and networks (`10.0.0.0/8`, `fd00::/8`). Empty =
+    /// any host, any address but cloud metadata and link-local ones.
+    #[arg(
+        long,
+        env = "LLMSCALER_ALLOWED_SERVER_ADDRESSES",
+        value_delimiter = ','
+    )]
+    pub allowed_server_addresses: Vec<String>,
+    /// Allow tenancy headers (`X-Scope-OrgID`, `THANOS-TENANT`) in `serverHeaders`.
+    #[arg(long)]
+    pub allow_tenant_header: bool,
+    /// Upper bound on any scaler's `spec.maxReplicas`, replicas.
+    #[arg(long)]
+    pub max_replicas_cap: Option<i32>,
+    /// Accept `serverHeadersFrom` (header values from Secrets) only for scalers in the
+    /// operator's own namespace (KEDA's `--restrict-secret-access`).
+    #[arg(long)]
+    pub restrict_secret_access: bool,
+}
+
+impl PolicyArgs {
+    /// The policy these flags describe, for an operator in `operator_namespace`.
+    ///
+    /// # Errors
+    /// A message naming an allow-list entry that does not parse, or a negative cap.
+    pub fn policy(
+        &self,
+        operator_namespace: Option<&str>,
+    ) -> Result<llmscaler_api::OperatorPolicy, String> {
+        if let Some(cap) = self.max_replicas_cap
+            && cap < 0
+        {
+            return Err(format!("--max-replicas-cap {cap} must be 0 or more"));
+        }
+        Ok(llmscaler_api::OperatorPolicy {
+            egress: llmscaler_api::policy::EgressPolicy::parse(&self.allowed_server_addresses)?,
+            allow_tenant_header: self.allow_tenant_header,
+            max_replicas_cap: self.max_replicas_cap,
+            restrict_secret_access: self.restrict_secret_access,
+            operator_namespace: operator_namespace.map(str::to_owned),
+        })
+    }
+
+    /// Parses the flags and installs the policy for the process
+    /// ([`llmscaler_api::policy::install`]).
+    ///
+    /// # Errors
+    /// As [`PolicyArgs::policy`].
+    pub fn install(&self, operator_namespace: Option<&str>) -> Result<(), String> {
+        let policy = self.policy(operator_namespace)?;
+        if !llmscaler_api::policy::install(policy.clone())
+            && llmscaler_api::policy::current() != &policy
+        {
+            return Err("the operator policy was already installed with other values".to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// Arguments of `llmscaler webhook`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct WebhookArgs {
@@ -24,6 +89,9 @@ pub struct WebhookArgs {
     /// How often the certificate and key files are checked for changes, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub cert_reload_interval_ms: u64,
+    /// The operator-wide policy admission enforces.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 /// Serves `llmscaler webhook` until `shutdown` resolves. The caller installs the rustls crypto
@@ -36,6 +104,7 @@ pub async fn serve(
     args: &WebhookArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    args.policy.install(None).map_err(Error::Policy)?;
     let (cert, key) = server::read_pair(&args.tls_cert_file, &args.tls_key_file).await?;
     let resolver = CertResolver::new();
     resolver.set(std::sync::Arc::new(server::certified_key_from_pem(

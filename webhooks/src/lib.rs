@@ -5,12 +5,16 @@
 //!   `AdmissionRequest` to an `AdmissionResponse`, over the shared rules of `llmscaler-api`
 //!   ([`llmscaler_api::validation::parse_json_value`], [`llmscaler_api::validate_spec`],
 //!   [`llmscaler_api::spec_warnings`], [`llmscaler_api::apply_defaults`]).
+//! - [`access`]: the `SubjectAccessReview` that denies a scaler whose author may not scale its
+//!   target (no confused deputy).
 //! - [`review`]: one HTTP request body to one HTTP response (status code and JSON body): the
 //!   `AdmissionReview` envelope checks (only `admission.k8s.io/v1`), size and content-type
 //!   limits, and well-formed errors for garbage.
 //! - [`server`]: the axum router (`POST /validate`, `POST /mutate`, `GET /healthz`), rustls
 //!   (TLS 1.2 and 1.3) with a certificate that can be swapped while serving
 //!   ([`server::CertResolver`]), and a poller that reloads it from files.
+//! - [`listener`]: timeouts and connection/stream limits shared by the webhook and the
+//!   operator's `/metrics` listener.
 //! - [`managed`]: the webhook as `llmscaler run` serves it, with certificates from
 //!   `llmscaler-certs` kept in a Secret and swapped in as they rotate ([`managed::run`]).
 //! - [`cli`]: `llmscaler webhook --listen ADDR --tls-cert-file F --tls-key-file F`, the server
@@ -18,8 +22,10 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod admission;
 pub mod cli;
+pub mod listener;
 pub mod managed;
 pub mod review;
 pub mod server;
@@ -62,6 +68,9 @@ pub enum Error {
     /// The certificates could not be read from or written to their Secret.
     #[error("webhook certificates: {0}")]
     Certs(#[source] llmscaler_certs::Error),
+    /// The operator policy flags do not parse (`--allowed-server-addresses`, ...).
+    #[error("operator policy: {0}")]
+    Policy(String),
     /// Binding or serving the listen address failed.
     #[error("serving on {addr}: {source}")]
     Serve {

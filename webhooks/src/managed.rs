@@ -63,15 +63,26 @@ impl ManagedArgs {
     }
 }
 
+/// First delay between two attempts to start the webhook; doubled after each failure up to
+/// [`START_BACKOFF_MAX`] (`docs/security.md#availability`).
+pub const START_BACKOFF_FIRST: Duration = Duration::from_millis(500);
+/// Longest delay between two attempts to start the webhook.
+pub const START_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 /// Runs the admission webhook of an operator in `namespace` until `shutdown` completes:
 /// brings the Secret up to date (creating the CA and serving certificate if absent), binds
 /// [`ManagedArgs::webhook_listen`], serves with the Secret's certificate, and keeps running
 /// `llmscaler_certs::maintain` beside the server, which rotates the certificates, re-injects
 /// the `caBundle`, and swaps the served certificate without a restart.
 ///
+/// Starting (the Secret, the bind) is retried with exponential backoff from
+/// [`START_BACKOFF_FIRST`] to [`START_BACKOFF_MAX`] until it succeeds or `shutdown` completes,
+/// each failure logged: an API server that is briefly unreachable, a Secret write that
+/// conflicts with another replica, or a port still held by the previous process does not stop
+/// the webhook for good. Meanwhile `/readyz` stays unready.
+///
 /// # Errors
-/// [`Error::Certs`] when the Secret cannot be read or written at start, [`Error::Serve`] when
-/// the address cannot be bound or serving fails, and the certificate errors of
+/// [`Error::Serve`] when serving fails after the start, and the certificate errors of
 /// [`CertResolver::set_pem`].
 pub async fn run(
     client: kube::Client,
@@ -79,8 +90,53 @@ pub async fn run(
     args: &ManagedArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let watcher = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
     let cfg = args.cert_config(namespace);
-    let state = llmscaler_certs::sync_secret(&client, &cfg, time::OffsetDateTime::now_utc())
+    let mut delay = START_BACKOFF_FIRST;
+    let (resolver, listener) = loop {
+        match start(&client, &cfg, args).await {
+            Ok(started) => break started,
+            Err(err) => {
+                tracing::warn!(error = %err, retry_in = ?delay, "cannot start the admission webhook; retrying");
+                tokio::select! {
+                    () = stopped(stop_rx.clone()) => {
+                        watcher.abort();
+                        return Ok(());
+                    }
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(START_BACKOFF_MAX);
+            }
+        }
+    };
+    tracing::info!(addr = %args.webhook_listen, "serving the admission webhook");
+    let feed = resolver.clone();
+    let access = crate::access::TargetAccess::new(client.clone());
+    let certs = tokio::spawn(llmscaler_certs::maintain(client, cfg, move |pems| {
+        if let Err(err) = feed.set_pem(pems.cert_chain_pem.as_bytes(), pems.key_pem.as_bytes()) {
+            tracing::warn!(error = %err, "new serving certificate not loaded; keeping the old one");
+        }
+    }));
+    let result = server::serve_with(listener, resolver, stopped(stop_rx), Some(access)).await;
+    certs.abort();
+    watcher.abort();
+    result
+}
+
+/// One attempt to start: the Secret, the resolver, the bound listener.
+async fn start(
+    client: &kube::Client,
+    cfg: &CertConfig,
+    args: &ManagedArgs,
+) -> Result<(std::sync::Arc<CertResolver>, std::net::TcpListener), Error> {
+    let state = llmscaler_certs::sync_secret(client, cfg, time::OffsetDateTime::now_utc())
         .await
         .map_err(Error::Certs)?;
     let resolver = CertResolver::new();
@@ -90,16 +146,7 @@ pub async fn run(
             addr: args.webhook_listen.to_string(),
             source,
         })?;
-    tracing::info!(addr = %args.webhook_listen, "serving the admission webhook");
-    let feed = resolver.clone();
-    let certs = tokio::spawn(llmscaler_certs::maintain(client, cfg, move |pems| {
-        if let Err(err) = feed.set_pem(pems.cert_chain_pem.as_bytes(), pems.key_pem.as_bytes()) {
-            tracing::warn!(error = %err, "new serving certificate not loaded; keeping the old one");
-        }
-    }));
-    let result = server::serve(listener, resolver, shutdown).await;
-    certs.abort();
-    result
+    Ok((resolver, listener))
 }
 
 #[cfg(test)]
@@ -140,6 +187,42 @@ mod tests {
             cfg.subject_alt_names()
                 .contains(&"llmscaler.ops.svc".to_string())
         );
+    }
+
+    /// Issue 11, item 8: an unreachable API server at start is retried with backoff (the
+    /// webhook does not give up), and shutdown still ends it at once.
+    #[tokio::test]
+    async fn start_is_retried_until_shutdown() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let unreachable = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", unreachable.local_addr().expect("addr"));
+        drop(unreachable);
+        let config = kube::Config::new(url.parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let cli = Cli::try_parse_from(["llmscaler", "--webhook-listen=127.0.0.1:0"]).expect("args");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            run(client, "ops", &cli.args, async move {
+                let _ = rx.await;
+            })
+            .await
+        });
+        // Several attempts fit in 2 s (0.5 + 1 s of backoff); the task must still be running.
+        let still_running = tokio::time::timeout(Duration::from_secs(2), async {
+            while !task.is_finished() {
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .is_err();
+        assert!(still_running, "the webhook gave up: {:?}", task.await);
+        let _ = tx.send(());
+        let result = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("stops at shutdown")
+            .expect("task");
+        assert!(result.is_ok(), "{result:?}");
     }
 
     #[test]

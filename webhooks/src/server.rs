@@ -12,7 +12,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,6 +24,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, version};
 
 use crate::Error;
+use crate::access::TargetAccess;
 use crate::review::{self, Endpoint, MAX_BODY_BYTES, Reply};
 
 /// Path of the validating endpoint.
@@ -150,22 +151,39 @@ pub fn tls_config(resolver: Arc<CertResolver>) -> Result<ServerConfig, Error> {
 /// The routes: `POST /validate`, `POST /mutate`, `GET /healthz`. Bodies are read up to
 /// [`MAX_BODY_BYTES`] (413 beyond, after draining up to [`MAX_DRAIN_BYTES`]); every error is a JSON `Status` (see [`crate::review`]).
 pub fn router() -> Router {
+    router_with(None)
+}
+
+/// [`router`] with the target-access check of [`crate::access`] on `POST /validate` when
+/// `access` is given (the operator's managed webhook; the standalone `llmscaler webhook` has no
+/// cluster to ask).
+pub fn router_with(access: Option<TargetAccess>) -> Router {
     Router::new()
         .route(VALIDATE_PATH, post(validate))
         .route(MUTATE_PATH, post(mutate))
         .route(HEALTHZ_PATH, get(|| async { "ok" }))
         .layer(DefaultBodyLimit::disable())
+        .with_state(Arc::new(access))
 }
 
-async fn validate(headers: HeaderMap, body: Body) -> Response {
-    admit(Endpoint::Validate, &headers, body).await
+async fn validate(
+    State(access): State<Arc<Option<TargetAccess>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    admit(Endpoint::Validate, access.as_ref().as_ref(), &headers, body).await
 }
 
 async fn mutate(headers: HeaderMap, body: Body) -> Response {
-    admit(Endpoint::Mutate, &headers, body).await
+    admit(Endpoint::Mutate, None, &headers, body).await
 }
 
-async fn admit(endpoint: Endpoint, headers: &HeaderMap, body: Body) -> Response {
+async fn admit(
+    endpoint: Endpoint,
+    access: Option<&TargetAccess>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
@@ -182,7 +200,13 @@ async fn admit(endpoint: Endpoint, headers: &HeaderMap, body: Body) -> Response 
         return response;
     }
     let reply = match read_limited(body).await {
-        BodyRead::Complete(bytes) => review::handle(endpoint, content_type, &bytes),
+        BodyRead::Complete(bytes) => {
+            let reply = review::handle(endpoint, content_type, &bytes);
+            match access {
+                Some(access) => access.check(&bytes, reply).await,
+                None => reply,
+            }
+        }
         BodyRead::TooLarge { drained: true } => review::too_large(),
         BodyRead::TooLarge { drained: false } | BodyRead::Broken => {
             let mut response = into_response(review::too_large());
@@ -245,7 +269,8 @@ fn into_response(reply: Reply) -> Response {
 }
 
 /// Serves [`router`] over TLS on `listener` until `shutdown` completes, then stops accepting
-/// and gives open requests [`SHUTDOWN_GRACE`] to finish.
+/// and gives open requests [`SHUTDOWN_GRACE`] to finish. The listener is hardened with
+/// [`crate::listener::WEBHOOK_LIMITS`] (`docs/security.md#listeners`).
 ///
 /// # Errors
 /// [`Error::Tls`] for a bad TLS configuration, [`Error::Serve`] when the listener fails.
@@ -253,6 +278,19 @@ pub async fn serve(
     listener: std::net::TcpListener,
     resolver: Arc<CertResolver>,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    serve_with(listener, resolver, shutdown, None).await
+}
+
+/// [`serve`] with the target-access check ([`router_with`]).
+///
+/// # Errors
+/// As [`serve`].
+pub async fn serve_with(
+    listener: std::net::TcpListener,
+    resolver: Arc<CertResolver>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    access: Option<TargetAccess>,
 ) -> Result<(), Error> {
     let addr = listener
         .local_addr()
@@ -271,10 +309,16 @@ pub async fn serve(
         shutdown.await;
         stopper.graceful_shutdown(Some(SHUTDOWN_GRACE));
     });
-    axum_server::from_tcp_rustls(listener, config)
+    let limits = crate::listener::WEBHOOK_LIMITS;
+    let server = axum_server::from_tcp_rustls(listener, config)
         .map_err(serve_error)?
+        .map(|acceptor| acceptor.handshake_timeout(limits.handshake));
+    crate::listener::configure(server, &limits)
         .handle(handle)
-        .serve(router().into_make_service())
+        .serve(crate::listener::ConnectionLimit::new(
+            crate::listener::with_body_timeout(router_with(access), &limits),
+            &limits,
+        ))
         .await
         .map_err(serve_error)
 }

@@ -428,3 +428,30 @@ fn replicas_events() {
     );
     assert!(replicas_event(target, (3, 3), Action::None, Why::Steady, None).is_none());
 }
+
+/// Issue 11 (`docs/security.md#messages`): messages are stripped of control and bidi-override
+/// characters and capped: conditions at 32 KiB, Event notes at 1 KiB.
+#[test]
+fn messages_are_cleaned_and_capped() {
+    assert_eq!(
+        clean_message("a\u{1b}[31mred\r\n\tb\u{202e}c\u{0}", 100),
+        "a [31mred b c"
+    );
+    let long = "é".repeat(40_000);
+    let cut = clean_message(&long, CONDITION_MESSAGE_MAX_BYTES);
+    assert!(cut.len() <= CONDITION_MESSAGE_MAX_BYTES, "{}", cut.len());
+    assert!(cut.ends_with('…'));
+    let note = clean_message(&long, EVENT_NOTE_MAX_BYTES);
+    assert!(note.len() <= EVENT_NOTE_MAX_BYTES && note.len() > EVENT_NOTE_MAX_BYTES - 8);
+    assert_eq!(clean_message("short", EVENT_NOTE_MAX_BYTES), "short");
+    // merge writes the cleaned, capped message into the condition.
+    let wanted = [ConditionSpec::new(
+        ConditionType::Ready,
+        false,
+        Reason::MetricsUnavailable,
+        format!("x\u{7}{}", "y".repeat(50_000)),
+    )];
+    let (conditions, _) = merge(&[], &wanted, Some(1), Timestamp::UNIX_EPOCH);
+    assert!(conditions[0].message.len() <= CONDITION_MESSAGE_MAX_BYTES);
+    assert!(conditions[0].message.starts_with("x y"));
+}

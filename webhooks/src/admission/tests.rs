@@ -260,7 +260,7 @@ fn cases() -> Vec<Case> {
             "valid server headers over https",
             with(json!({
                 "serverAddress": "https://prometheus.example:443",
-                "serverHeaders": {"Authorization": "Bearer t0ken", "X-Scope-OrgID": "team-a"},
+                "serverHeaders": {"Authorization": "Bearer t0ken", "X-Api-Key": "team-a"},
             })),
         ),
         case(
@@ -345,6 +345,31 @@ fn cases() -> Vec<Case> {
             .errors(&[
                 "spec.serverAddress: \"prometheus:9090\" must be an http or https URL with a host (scheme was \"prometheus\")",
             ]),
+        // Issue 11 (`docs/security.md`): the operator-wide policy, here the default one.
+        case("metadata serverAddress", with(json!({"serverAddress": "http://169.254.169.254/latest"})))
+            .errors(&[
+                "spec.serverAddress: address 169.254.169.254 is in 169.254.0.0/16 (cloud metadata, link-local or unspecified), always refused",
+            ]),
+        case("metadata host name", with(json!({"serverAddress": "http://metadata.google.internal"})))
+            .errors(&[
+                "spec.serverAddress: host `metadata.google.internal` is a cloud metadata service, always refused",
+            ]),
+        case("user info in serverAddress", with(json!({"serverAddress": "http://admin:hunter2@prometheus:9090"})))
+            .errors(&[
+                "spec.serverAddress: must not hold user info (`user:password@`); send credentials in a serverHeaders entry, e.g. Authorization",
+            ]),
+        case(
+            "routing and tenancy headers",
+            with(json!({"serverHeaders": {"Range": "bytes=0-10", "X-Forwarded-Host": "a", "X-Scope-OrgID": "other-org", "Host": "h"}})),
+        )
+        .errors(&[
+            "spec.serverHeaders[\"Host\"]: is a hop-by-hop, routing or metadata header, which a scaler may not set",
+            "spec.serverHeaders[\"Range\"]: is a hop-by-hop, routing or metadata header, which a scaler may not set",
+            "spec.serverHeaders[\"X-Forwarded-Host\"]: is a hop-by-hop, routing or metadata header, which a scaler may not set",
+            "spec.serverHeaders[\"X-Scope-OrgID\"]: is a tenancy header, which chooses whose data a shared server answers with; the operator's admin has not allowed it (--allow-tenant-header)",
+        ]),
+        case("more than 16 metrics", with(json!({"metrics": (0..17).map(|i| json!({"name": format!("m{i}"), "query": "avg(x)", "target": "1"})).collect::<Vec<_>>()})))
+            .errors(&["spec.metrics: 17 entries; at most 16 (each is one request per sync)"]),
         case("empty serverAddress", with(json!({"serverAddress": ""}))).errors(&[
             "spec.serverAddress: required: the Prometheus or decision server base URL, e.g. \"http://prometheus.monitoring:9090\"",
         ]),

@@ -1,0 +1,54 @@
+//! Connect-time egress check (`docs/security.md#egress`): the metric client resolves names
+//! through [`PolicyResolver`], which drops every address the process' egress policy refuses,
+//! so a name that passed admission cannot be re-pointed (DNS rebinding) at a metadata service
+//! or outside the allowed networks. IP literals never reach a resolver; the client checks them
+//! before sending ([`super::Endpoint`]).
+
+use std::net::{IpAddr, SocketAddr};
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+/// Every address of a name was refused by the egress policy.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// A `reqwest` resolver that resolves with the system resolver (`getaddrinfo`, through tokio)
+/// and keeps only the addresses [`llmscaler_api::policy::current`] allows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PolicyResolver;
+
+impl Resolve for PolicyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let (allowed, refused) = filter(&host, resolved.map(|a| a.ip()));
+            if allowed.is_empty() {
+                let why = refused.unwrap_or_else(|| format!("`{host}` resolved to no address"));
+                return Err(Box::new(Refused(format!("egress policy: {why}")))
+                    as Box<dyn std::error::Error + Send + Sync>);
+            }
+            let addrs: Addrs = Box::new(allowed.into_iter().map(|ip| SocketAddr::new(ip, 0)));
+            Ok(addrs)
+        })
+    }
+}
+
+/// Splits resolved addresses into the allowed ones and the reason the first refused one was
+/// refused.
+pub fn filter(host: &str, ips: impl Iterator<Item = IpAddr>) -> (Vec<IpAddr>, Option<String>) {
+    let policy = &llmscaler_api::policy::current().egress;
+    let mut allowed = Vec::new();
+    let mut refused = None;
+    for ip in ips {
+        match policy.check_ip(ip) {
+            Ok(()) => allowed.push(ip),
+            Err(why) => {
+                tracing::debug!(host, %ip, why, "resolved address refused by the egress policy");
+                refused.get_or_insert(format!("`{host}` resolved to a refused address: {why}"));
+            }
+        }
+    }
+    (allowed, refused)
+}
