@@ -320,15 +320,13 @@ fn vllm_emulator_chart_refuses_a_drain_budget_over_the_grace_period() -> anyhow:
     // Exactly at the grace period renders; one second over is refused with the sum.
     render_emulator(&["terminationGracePeriodSeconds=55"]).map_err(anyhow::Error::msg)?;
     let refused = render_emulator(&["terminationGracePeriodSeconds=54"])
-        .err()
-        .expect("a budget over the grace period must not render");
+        .expect_err("a budget over the grace period must not render");
     assert!(
         refused.contains("= 55 exceeds terminationGracePeriodSeconds (54)"),
         "{refused}"
     );
-    let refused = render_emulator(&["drain.drainSeconds=100"])
-        .err()
-        .expect("a long drain must not render");
+    let refused =
+        render_emulator(&["drain.drainSeconds=100"]).expect_err("a long drain must not render");
     assert!(
         refused.contains("(5) + drain.drainSeconds (100) + shutdownTimeoutSeconds (20) = 125"),
         "{refused}"
