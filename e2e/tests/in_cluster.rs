@@ -703,7 +703,8 @@ async fn wait_replicas_at_least(
 }
 
 /// One emulator release of 4 pods on the real node, requests through its Service from 8
-/// clients (a new connection each), an LLMScaler that takes it to 1: the failed requests.
+/// clients (a new connection each, requests of 200 tokens = 2 s, so every pod holds some when it
+/// is told to stop), an LLMScaler that takes it to 1: the failed requests.
 async fn drain_run(
     client: &Client,
     namespace: &str,
@@ -829,7 +830,7 @@ async fn drain_run(
             while !stop.load(Ordering::SeqCst) {
                 let sent = http
                     .post(&url)
-                    .json(&json!({"max_tokens": 50}))
+                    .json(&json!({"max_tokens": 200}))
                     .send()
                     .await;
                 match sent {
