@@ -18,6 +18,7 @@ pub mod engine;
 pub mod metrics;
 pub mod probe;
 pub mod process;
+pub mod promql;
 pub mod run;
 pub mod scaler_file;
 pub mod simulate;
