@@ -521,21 +521,21 @@ mod tests {
     }
 }
 
-/// Capacity of the model on the real conversation trace (`../shared/traces/azure-llm-2023/`),
-/// printed per fleet size. Ignored: it needs the shared trace beside the repository.
+/// Capacity of the model on the real conversation trace (`traces/azure-llm-2023/conv.csv`),
+/// printed per fleet size. Ignored: four hour-long fleets are slow in a debug build.
 #[cfg(test)]
 mod conv_trace {
     use super::*;
     use crate::trace::read_azure;
 
     #[test]
-    #[ignore = "needs ../shared/traces/azure-llm-2023/conv.csv next to the repository"]
+    #[ignore = "slow in a debug build: cargo test --release -p llmscaler-loadmodel -- --ignored"]
     fn conv_trace_needs_one_to_three_replicas_at_scale_1() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/traces/azure-llm-2023/conv.csv"
+            "/../traces/azure-llm-2023/conv.csv"
         );
-        let file = std::fs::File::open(path).expect("the shared conversation trace");
+        let file = std::fs::File::open(path).expect("the shipped conversation trace");
         let reqs = read_azure(file).expect("valid trace");
         let span = reqs.last().map_or(0.0, |r| r.arrival_s);
         let mut reports = Vec::new();

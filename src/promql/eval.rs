@@ -12,6 +12,9 @@ use super::functions;
 use super::store::{Labels, Store};
 use super::{PromqlError, parse};
 
+/// Points per series over a range: `(labels, [(t_ms, value)])`.
+pub type Matrix = Vec<(Labels, Vec<(i64, f64)>)>;
+
 /// A query's value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -20,7 +23,7 @@ pub enum Value {
     /// Samples at the evaluation time, one per label set.
     Vector(Vec<(Labels, f64)>),
     /// Points per series over a range (only as a function argument).
-    Matrix(Vec<(Labels, Vec<(i64, f64)>)>),
+    Matrix(Matrix),
 }
 
 fn unsupported(construct: impl Into<String>) -> PromqlError {

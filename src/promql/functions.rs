@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use promql_parser::parser::{Call, Expr};
 
 use super::PromqlError;
-use super::eval::{Value, drop_name, eval};
+use super::eval::{Matrix, Value, drop_name, eval};
 use super::store::{Labels, Store};
 
 fn matrix_arg(
@@ -14,7 +14,7 @@ fn matrix_arg(
     index: usize,
     store: &Store,
     t_ms: i64,
-) -> Result<(Vec<(Labels, Vec<(i64, f64)>)>, i64), PromqlError> {
+) -> Result<(Matrix, i64), PromqlError> {
     let arg = call
         .args
         .args

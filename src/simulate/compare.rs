@@ -11,6 +11,11 @@ use super::policies::{HpaPolicy, IdealPolicy, KedaPolicy, LlmscalerPolicy, Stati
 use super::replay::{self, Autoscaler, Outcome, Settings};
 use crate::promql::PromqlError;
 
+/// Without `--initial-replicas`, every policy starts with the most replicas `ideal` uses in
+/// this many first trace seconds, so that no policy pays for a cold start the trace window does
+/// not show.
+pub const WARM_START_SECONDS: f64 = 300.0;
+
 /// A comparator of `--compare`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Comparator {
@@ -71,7 +76,8 @@ pub struct Options {
     pub slo_ttft_seconds: f64,
     /// Prometheus scrape interval, seconds.
     pub scrape_interval_seconds: f64,
-    /// Replicas (all Ready) at the start; `None` = what `ideal` picks for the first interval.
+    /// Replicas (all Ready) at the start; `None` = the most `ideal` picks in the first
+    /// [`WARM_START_SECONDS`] (a warm start: the trace is a window of a running service).
     pub initial_replicas: Option<i32>,
     /// Comparators to run besides the scaler.
     pub compare: Vec<Comparator>,
@@ -159,7 +165,6 @@ pub struct Report {
 fn policy_report(o: &Outcome) -> PolicyReport {
     let r = &o.report;
     let within = o.within_slo as f64;
-    let nan_to = |v: f64| v;
     PolicyReport {
         replica_seconds: o.replica_seconds,
         replica_hours: o.replica_seconds / 3600.0,
@@ -169,9 +174,9 @@ fn policy_report(o: &Outcome) -> PolicyReport {
         } else {
             within / r.arrived as f64
         },
-        ttft_p50_seconds: nan_to(r.ttft_p50_s),
-        ttft_p95_seconds: nan_to(r.ttft_p95_s),
-        ttft_p99_seconds: nan_to(r.ttft_p99_s),
+        ttft_p50_seconds: r.ttft_p50_s,
+        ttft_p95_seconds: r.ttft_p95_s,
+        ttft_p99_seconds: r.ttft_p99_s,
         requests_dropped: r.failed,
         requests_arrived: r.arrived,
         requests_unserved: r.arrived.saturating_sub(r.served),
@@ -248,9 +253,13 @@ pub fn run(
     let initial = options
         .initial_replicas
         .or_else(|| {
-            ideal
-                .as_ref()
-                .and_then(|o| o.timeline.first().map(|p| p.replicas))
+            ideal.as_ref().and_then(|o| {
+                o.timeline
+                    .iter()
+                    .filter(|p| p.t_s < WARM_START_SECONDS)
+                    .map(|p| p.replicas)
+                    .max()
+            })
         })
         .unwrap_or(spec.min_replicas)
         .clamp(spec.min_replicas.min(spec.max_replicas), spec.max_replicas);

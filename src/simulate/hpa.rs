@@ -264,6 +264,12 @@ impl Hpa {
         }
     }
 
+    /// Records `replicas` as the recommendation made at `at_ms` (a warm start: the controller
+    /// had been running before).
+    pub fn remember(&mut self, at_ms: i64, replicas: i32) {
+        self.recommendations.push((at_ms, replicas));
+    }
+
     /// One reconcile at `now_ms` with `spec.replicas = current` and the largest per-metric
     /// recommendation `metric_desired` (`None` when the metrics are invalid: no change). Returns
     /// the replicas to write (equal to `current` for no change) and records the scale event.

@@ -141,6 +141,10 @@ impl Autoscaler for HpaPolicy {
         DEFAULT_SYNC_MS
     }
 
+    fn warm_start(&mut self, replicas: i32) {
+        self.hpa.remember(0, replicas);
+    }
+
     fn decide(&mut self, now_ms: i64, view: &View<'_>) -> i32 {
         let current = view.spec_replicas;
         let results: Vec<Option<i32>> = self
@@ -232,6 +236,10 @@ impl KedaPolicy {
 impl Autoscaler for KedaPolicy {
     fn period_ms(&self) -> i64 {
         DEFAULT_SYNC_MS
+    }
+
+    fn warm_start(&mut self, replicas: i32) {
+        self.hpa.remember(0, replicas);
     }
 
     fn decide(&mut self, now_ms: i64, view: &View<'_>) -> i32 {

@@ -4,7 +4,7 @@
 use llmscaler_api::LLMScalerSpec;
 use promql_parser::parser::Expr;
 
-use crate::engine::{self, History, Observation, Policy, Signal};
+use crate::engine::{self, History, Observation, Policy, Record, Signal};
 use crate::promql::{self, PromqlError};
 use crate::simulate::replay::{Autoscaler, View};
 
@@ -56,6 +56,10 @@ pub fn parse_all(spec: &LLMScalerSpec) -> Result<Vec<Expr>, PromqlError> {
 impl Autoscaler for LlmscalerPolicy {
     fn period_ms(&self) -> i64 {
         i64::from(self.spec.effective_sync_period_seconds().max(1)) * 1000
+    }
+
+    fn warm_start(&mut self, replicas: i32) {
+        self.history = History::from_records(vec![Record { at_ms: 0, replicas }]);
     }
 
     fn decide(&mut self, now_ms: i64, view: &View<'_>) -> i32 {

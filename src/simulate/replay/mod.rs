@@ -53,6 +53,11 @@ pub trait Autoscaler {
     fn reads_metrics(&self) -> bool {
         true
     }
+    /// Called once at t = 0 with the replicas the run starts with: a policy with a scale-down
+    /// window remembers them as its recommendation at t = 0, as if the fleet had run at that
+    /// size before the trace window (without it the first syncs of every windowed policy
+    /// would scale down on counters that are only seconds old).
+    fn warm_start(&mut self, _replicas: i32) {}
     /// The `spec.replicas` to have after a sync at `now_ms`.
     fn decide(&mut self, now_ms: i64, view: &View<'_>) -> i32;
 }
@@ -109,6 +114,7 @@ pub fn run(
     let scrape_ms = settings.scrape_interval_ms.max(1);
     let reads = policy.reads_metrics();
     let mut cluster = Cluster::new(settings, initial.max(0));
+    policy.warm_start(initial.max(0));
     let mut store = Store::new();
     let mut next_arrival = 0usize;
     // Scrapes fall half an interval before syncs, so a sync reads data of mean age.
