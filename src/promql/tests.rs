@@ -103,13 +103,22 @@ fn over_time_functions() {
 
 #[test]
 fn rate_and_increase_extrapolate_like_prometheus() {
-    // 1/s counter sampled every 15 s: samples at 15..60 in (0, 60]; the start is extrapolated
-    // by half an interval (7.5 s), not to zero (15 s away: first value 15 reaches zero there,
-    // which is at the threshold).
+    // 1/s counter sampled every 15 s: samples 15..60 at t = 15..60 in (0, 60]. The gap to the
+    // range start (15 s) is under 1.1 × the mean interval, so Prometheus extrapolates all the
+    // way: 45 × 60 / 45 = 60, rate 1/s.
     let r = value("rate(vllm:request_success_total{pod=\"a\"}[1m])");
     let i = value("increase(vllm:request_success_total{pod=\"a\"}[1m])");
-    assert!((i - 45.0 * 52.5 / 45.0).abs() < 1e-9, "{i}");
-    assert!((r - i / 60.0).abs() < 1e-12);
+    assert!((i - 60.0).abs() < 1e-9, "{i}");
+    assert!((r - 1.0).abs() < 1e-12, "{r}");
+    // Samples stopping short of the range start by more than 1.1 intervals: half an interval.
+    let mut sparse = Store::new();
+    let l = labels(&[("__name__", "c")]);
+    for (t, v) in [(30_000, 100.0), (45_000, 115.0), (60_000, 130.0)] {
+        sparse.push(&l, t, Some(v));
+    }
+    let expr = parse("increase(c[1m])").expect("parses");
+    let got = evaluate_single(&expr, &sparse, 60_000).expect("one value");
+    assert!((got - 30.0 * 37.5 / 30.0).abs() < 1e-9, "{got}");
     // A counter reset is added back.
     let mut s = Store::new();
     let l = labels(&[("__name__", "c")]);
@@ -123,8 +132,8 @@ fn rate_and_increase_extrapolate_like_prometheus() {
     }
     let expr = parse("increase(c[1m])").expect("parses");
     let got = evaluate_single(&expr, &s, 60_000).expect("one value");
-    // Raw increase 15 - 10 + 20 = 25 over 45 s sampled, extrapolated by 7.5 s at the start.
-    assert!((got - 25.0 * 52.5 / 45.0).abs() < 1e-9, "{got}");
+    // Raw increase 15 - 10 + 20 = 25 over 45 s sampled, extrapolated over the whole 60 s.
+    assert!((got - 25.0 * 60.0 / 45.0).abs() < 1e-9, "{got}");
 }
 
 #[test]
