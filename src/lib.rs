@@ -21,6 +21,7 @@ pub mod engine;
 pub mod metrics;
 pub mod probe;
 pub mod process;
+pub mod promql;
 pub mod release;
 pub mod run;
 pub mod scaler_file;

@@ -29,7 +29,9 @@ struct Cli {
 enum Command {
     /// Print the LLMScaler CustomResourceDefinition as YAML.
     Crd,
-    /// Replay a metric trace through the decision engine and print what the scaler would do.
+    /// Replay a metric trace through the decision engine and print what the scaler would do
+    /// (`--metrics`), or serve a request trace in a closed loop with the scaler and its
+    /// comparators (`--requests`).
     Simulate(SimulateArgs),
     /// Evaluate a scaler's metrics once against its serverAddress and print what each
     /// recommends (exit 0; 4 when a metric was skipped but the others decided), or that the
@@ -49,26 +51,54 @@ enum Command {
 }
 
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["metrics", "requests"])))]
 struct SimulateArgs {
     /// LLMScaler manifest (defaulted and validated like an apply).
     #[arg(long)]
     scaler: PathBuf,
     /// CSV: `t` (seconds), one column per metric (or `decision`), optional `ready`, `rollout`.
     #[arg(long)]
-    metrics: PathBuf,
-    /// spec.replicas (all ready) at the start; default minReplicas.
+    metrics: Option<PathBuf>,
+    /// Azure-format request trace (`TIMESTAMP,ContextTokens,GeneratedTokens`, e.g.
+    /// `traces/azure-llm-2023/conv.csv`): closed-loop replay through the load model.
+    #[arg(long)]
+    requests: Option<PathBuf>,
+    /// spec.replicas (all ready) at the start; default minReplicas (`--metrics`) or what the
+    /// `ideal` bound picks for the first interval (`--requests`).
     #[arg(long)]
     initial_replicas: Option<u32>,
-    /// Seconds an added replica takes to become ready.
-    #[arg(long, default_value_t = 0.0)]
-    startup_seconds: f64,
-    /// Draw replicas, desired and each metric against time (.svg or .png).
+    /// Seconds an added replica takes to become ready (default 0 with `--metrics`, 90 with
+    /// `--requests`).
+    #[arg(long)]
+    startup_seconds: Option<f64>,
+    /// Draw the run (.svg or .png).
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Wall-clock time of `t = 0` (RFC 3339, e.g. `2026-03-28T22:00:00Z`), for
     /// `spec.schedules`.
     #[arg(long, default_value = "1970-01-01T00:00:00Z")]
     start_time: k8s_openapi::jiff::Timestamp,
+    /// `--requests`: arrival-rate factor (seeded duplicate/thin, as in the emulator).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// `--requests`: seed of `--scale`.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// `--requests`: the TTFT objective, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    slo_ttft_seconds: f64,
+    /// `--requests`: Prometheus scrape interval, seconds.
+    #[arg(long, default_value_t = 15.0)]
+    scrape_interval_seconds: f64,
+    /// `--requests`: comparators run on the same load: any of hpa,keda,ideal,static.
+    #[arg(long, default_value = "")]
+    compare: String,
+    /// `--requests`: write the report JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// `--requests`: seconds the run goes on after the last arrival.
+    #[arg(long, default_value_t = 120.0)]
+    tail_seconds: f64,
 }
 
 /// Exit status for an invalid spec or malformed input.
@@ -104,7 +134,14 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         Err(err @ ScalerFileError::Invalid { .. }) => return fail(EXIT_INVALID, &err.to_string()),
         Err(err) => return fail(1, &err.to_string()),
     };
-    if !(args.startup_seconds.is_finite() && args.startup_seconds >= 0.0) {
+    if let Some(requests) = &args.requests {
+        return run_requests(args, &scaler, requests);
+    }
+    let Some(metrics) = &args.metrics else {
+        return fail(EXIT_INVALID, "one of --metrics or --requests is required");
+    };
+    let startup_seconds = args.startup_seconds.unwrap_or(0.0);
+    if !(startup_seconds.is_finite() && startup_seconds >= 0.0) {
         return fail(
             EXIT_INVALID,
             "--startup-seconds must be a number of seconds, 0 or more",
@@ -120,18 +157,18 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         return fail(1, &err.to_string());
     }
     let columns = simulate::columns_for(&scaler.spec);
-    let file = match std::fs::File::open(&args.metrics) {
+    let file = match std::fs::File::open(metrics) {
         Ok(file) => file,
-        Err(err) => return fail(1, &format!("cannot read {}: {err}", args.metrics.display())),
+        Err(err) => return fail(1, &format!("cannot read {}: {err}", metrics.display())),
     };
     let custom = scaler.spec.effective_provider() == llmscaler_api::MetricProvider::Custom;
     let rows = match simulate::input::read_rows(file, &columns, custom) {
         Ok(rows) => rows,
-        Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", args.metrics.display())),
+        Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", metrics.display())),
     };
     let options = simulate::Options {
         initial_replicas,
-        startup_seconds: args.startup_seconds,
+        startup_seconds,
         start: args.start_time,
     };
     let steps = simulate::replay(&scaler.spec, &rows, options);
@@ -142,6 +179,83 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         && let Err(err) = simulate::plot::draw(plot, &steps, &columns.values)
     {
         return fail(1, &err.to_string());
+    }
+    ExitCode::SUCCESS
+}
+
+/// `simulate --requests`: the closed-loop replay with comparators.
+fn run_requests(
+    args: &SimulateArgs,
+    scaler: &llmscaler_api::LLMScaler,
+    path: &std::path::Path,
+) -> ExitCode {
+    let startup_seconds = args.startup_seconds.unwrap_or(90.0);
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !(startup_seconds.is_finite() && startup_seconds >= 0.0) {
+        return fail(EXIT_INVALID, "--startup-seconds must be 0 or more");
+    }
+    if !(args.scale.is_finite() && args.scale >= 0.0) {
+        return fail(EXIT_INVALID, "--scale must be 0 or more");
+    }
+    if !positive(args.slo_ttft_seconds) || !positive(args.scrape_interval_seconds) {
+        return fail(
+            EXIT_INVALID,
+            "--slo-ttft-seconds and --scrape-interval-seconds must be positive",
+        );
+    }
+    if !(args.tail_seconds.is_finite() && args.tail_seconds >= 0.0) {
+        return fail(EXIT_INVALID, "--tail-seconds must be 0 or more");
+    }
+    let compare = match simulate::compare::Comparator::parse_list(&args.compare) {
+        Ok(c) => c,
+        Err(err) => return fail(EXIT_INVALID, &err),
+    };
+    let initial_replicas = match args.initial_replicas.map(i32::try_from).transpose() {
+        Ok(n) => n,
+        Err(_) => return fail(EXIT_INVALID, "--initial-replicas is larger than an int32"),
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(err) => return fail(1, &format!("cannot read {}: {err}", path.display())),
+    };
+    let base = match llmscaler_loadmodel::trace::read_azure(file) {
+        Ok(r) => r,
+        Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", path.display())),
+    };
+    let requests = llmscaler_loadmodel::trace::scale(&base, args.scale, args.seed);
+    let options = simulate::compare::Options {
+        startup_seconds,
+        slo_ttft_seconds: args.slo_ttft_seconds,
+        scrape_interval_seconds: args.scrape_interval_seconds,
+        initial_replicas,
+        compare,
+        tail_seconds: args.tail_seconds,
+    };
+    let report = match simulate::compare::run(scaler, &requests, &options, args.scale, args.seed) {
+        Ok(r) => r,
+        Err(err) => return fail(EXIT_INVALID, &err.to_string()),
+    };
+    print!("{}", simulate::compare::summary(&report));
+    if let Some(out) = &args.report {
+        let json = match serde_json::to_string_pretty(&report) {
+            Ok(j) => j,
+            Err(err) => return fail(1, &format!("encoding the report: {err}")),
+        };
+        if let Err(err) = std::fs::write(out, json + "\n") {
+            return fail(1, &format!("cannot write {}: {err}", out.display()));
+        }
+    }
+    if let Some(plot) = &args.plot {
+        let title = format!(
+            "{} at scale {} (start-up {startup_seconds} s, TTFT SLO {} s)",
+            path.file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            args.scale,
+            args.slo_ttft_seconds
+        );
+        if let Err(err) = simulate::compare_plot::draw(plot, &report, &requests, &title) {
+            return fail(1, &err.to_string());
+        }
     }
     ExitCode::SUCCESS
 }

@@ -1,8 +1,15 @@
 //! `llmscaler simulate`: replays a metric trace through the same decision engine the controller
-//! uses, with a simple readiness model, and reports what the scaler would have done.
+//! uses, with a simple readiness model, and reports what the scaler would have done
+//! (`--metrics`); or serves a request trace in a closed loop with the scaler and its comparators
+//! (`--requests`: [`compare`], [`replay`], [`policies`], [`hpa`]).
 
+pub mod compare;
+pub mod compare_plot;
+pub mod hpa;
 pub mod input;
 pub mod plot;
+pub mod policies;
+pub mod replay;
 
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 

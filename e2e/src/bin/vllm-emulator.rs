@@ -2,7 +2,7 @@
 //! replaying a request trace over them (see `llmscaler_e2e::emulator`).
 //!
 //! ```text
-//! vllm-emulator --trace ../shared/traces/azure-llm-2023/conv.csv --speed 12 --scale 3 \
+//! vllm-emulator --trace traces/azure-llm-2023/conv.csv --speed 12 --scale 3 \
 //!     --namespace demo --selector app=vllm --listen 127.0.0.1:9400
 //! ```
 //!

@@ -209,7 +209,7 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
     let emulator = Emulator::start(
         client.clone(),
         Config {
-            requests,
+            requests: requests.clone(),
             speed: args.speed,
             namespace: ns.to_string(),
             selector: format!("app={WORKLOAD}"),
@@ -290,7 +290,56 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
         anyhow::bail!("the emulator is gone");
     };
     let status = emulator.status();
-    write_outputs(args, &samples, &status.report)
+    let offline = offline_replay(args, &requests, end_trace_s, &scaler)?;
+    write_outputs(args, &samples, &status.report, &offline)
+}
+
+/// The same trace, scaler and start-up time replayed offline (`llmscaler simulate --requests`,
+/// issue 12 item 7), in trace time: sync period and window multiplied by `--speed`, Prometheus'
+/// 1 s wall scrape interval likewise, the demo's initial replicas at the start. The offline run
+/// starts the scaler at trace time 0, the demo after `--warmup-trace-seconds`.
+fn offline_replay(
+    args: &Args,
+    requests: &[llmscaler_loadmodel::Request],
+    end_trace_s: f64,
+    scaler: &Value,
+) -> anyhow::Result<llmscaler::simulate::compare::PolicyReport> {
+    let mut scaler: llmscaler_api::LLMScaler =
+        serde_json::from_value(scaler.clone()).context("the demo's LLMScaler")?;
+    llmscaler_api::apply_defaults(&mut scaler.spec);
+    let to_trace = |wall_s: u64| -> i32 {
+        #[allow(clippy::cast_possible_truncation)]
+        let s = (wall_s as f64 * args.speed).round() as i32;
+        s.max(1)
+    };
+    scaler.spec.sync_period_seconds = Some(to_trace(args.sync_seconds));
+    if let Some(sd) = scaler.spec.scale_down.as_mut() {
+        sd.stabilization_window_seconds = Some(if args.stabilization_window_seconds == 0 {
+            0
+        } else {
+            to_trace(args.stabilization_window_seconds)
+        });
+    }
+    let served: Vec<_> = requests
+        .iter()
+        .copied()
+        .filter(|r| r.arrival_s <= end_trace_s)
+        .collect();
+    let options = llmscaler::simulate::compare::Options {
+        startup_seconds: args.startup_trace_seconds,
+        slo_ttft_seconds: args.model.params().slo_ttft_s,
+        scrape_interval_seconds: args.speed,
+        initial_replicas: Some(args.initial_replicas.max(1)),
+        compare: Vec::new(),
+        tail_seconds: args.tail_seconds as f64 * args.speed,
+    };
+    let report =
+        llmscaler::simulate::compare::run(&scaler, &served, &options, args.scale, args.seed)?;
+    report
+        .policies
+        .get("llmscaler")
+        .cloned()
+        .context("the offline replay reported no llmscaler run")
 }
 
 /// One line of the live output, for the timeline.
@@ -422,6 +471,7 @@ fn write_outputs(
     args: &Args,
     samples: &[Observed],
     report: &llmscaler_loadmodel::Report,
+    offline: &llmscaler::simulate::compare::PolicyReport,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -497,6 +547,21 @@ fn write_outputs(
         report.ttft_p99_s,
         report.ttft_slo_share * 100.0,
         report.slo_ttft_s
+    );
+    // Attainment over arrived requests, as the offline report counts it.
+    let demo_attainment =
+        report.ttft_slo_share * report.served as f64 / report.arrived.max(1) as f64;
+    let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-9) * 100.0;
+    let _ = writeln!(
+        summary,
+        "offline replay of the same settings (llmscaler simulate --requests): Ready replica-minutes \
+         {:.1} (cluster {:.1}, {:.1}% apart); SLO attainment {:.2}% (cluster {:.2}%, {:.1}% apart)",
+        offline.ready_replica_seconds / 60.0,
+        report.replica_minutes(),
+        relative(report.replica_seconds, offline.ready_replica_seconds),
+        offline.slo_attainment * 100.0,
+        demo_attainment * 100.0,
+        relative(demo_attainment, offline.slo_attainment),
     );
     let _ = writeln!(summary, "{ATTRIBUTION}");
     let summary_path = args.out.join("summary.txt");

@@ -1,0 +1,359 @@
+//! `simulate --requests`: one trace, the scaler and the chosen comparators, each in its own
+//! closed loop on the same requests, and the report of `docs/simulate/README.md#report`.
+
+use std::collections::BTreeMap;
+
+use llmscaler_api::{LLMScaler, MetricProvider};
+use llmscaler_loadmodel::{ATTRIBUTION, Params, Request};
+use serde::Serialize;
+
+use super::policies::{HpaPolicy, IdealPolicy, KedaPolicy, LlmscalerPolicy, StaticPolicy, shapes};
+use super::replay::{self, Autoscaler, Outcome, Settings};
+use crate::promql::PromqlError;
+
+/// Without `--initial-replicas`, every policy starts with the most replicas `ideal` uses in
+/// this many first trace seconds, so that no policy pays for a cold start the trace window does
+/// not show.
+pub const WARM_START_SECONDS: f64 = 300.0;
+
+/// A comparator of `--compare`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Comparator {
+    /// The HorizontalPodAutoscaler v2 with its defaults.
+    Hpa,
+    /// KEDA (HPA behind 30 s polling, 0 ↔ 1 activation).
+    Keda,
+    /// The clairvoyant lower bound.
+    Ideal,
+    /// The peak of `ideal` held all along.
+    Static,
+}
+
+impl Comparator {
+    /// The `--compare` spelling and report key.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Comparator::Hpa => "hpa",
+            Comparator::Keda => "keda",
+            Comparator::Ideal => "ideal",
+            Comparator::Static => "static",
+        }
+    }
+
+    /// Parses a `--compare` list (`hpa,keda,ideal,static`; empty = none).
+    ///
+    /// # Errors
+    /// The unknown name.
+    pub fn parse_list(text: &str) -> Result<Vec<Comparator>, String> {
+        let mut out = Vec::new();
+        for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let c = match name {
+                "hpa" => Comparator::Hpa,
+                "keda" => Comparator::Keda,
+                "ideal" => Comparator::Ideal,
+                "static" => Comparator::Static,
+                other => {
+                    return Err(format!(
+                        "--compare: unknown comparator {other:?} (hpa, keda, ideal, static)"
+                    ));
+                }
+            };
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// Settings of a run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Start-up time of a new replica, seconds.
+    pub startup_seconds: f64,
+    /// TTFT objective, seconds.
+    pub slo_ttft_seconds: f64,
+    /// Prometheus scrape interval, seconds.
+    pub scrape_interval_seconds: f64,
+    /// Replicas (all Ready) at the start; `None` = the most `ideal` picks in the first
+    /// [`WARM_START_SECONDS`] (a warm start: the trace is a window of a running service).
+    pub initial_replicas: Option<i32>,
+    /// Comparators to run besides the scaler.
+    pub compare: Vec<Comparator>,
+    /// Seconds the run goes on after the last arrival.
+    pub tail_seconds: f64,
+}
+
+/// Why the replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// `--requests` needs the Prometheus provider.
+    #[error(
+        "--requests replays the scaler's PromQL queries: metricProvider Custom is not supported"
+    )]
+    CustomProvider,
+    /// A query is outside the supported subset or does not parse.
+    #[error(transparent)]
+    Query(#[from] PromqlError),
+}
+
+/// One policy's figures (`docs/simulate/README.md#report`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyReport {
+    /// Pods (starting and Ready) integrated over the run, replica-seconds: what is paid for.
+    pub replica_seconds: f64,
+    /// The same in replica-hours.
+    pub replica_hours: f64,
+    /// Ready pods integrated over the run, replica-seconds.
+    pub ready_replica_seconds: f64,
+    /// Share (0..1) of arrived requests whose TTFT was within the objective (dropped and
+    /// never-served requests count as misses).
+    pub slo_attainment: f64,
+    /// Median TTFT of served requests, seconds (null without any).
+    pub ttft_p50_seconds: f64,
+    /// 95th percentile TTFT, seconds.
+    pub ttft_p95_seconds: f64,
+    /// 99th percentile TTFT, seconds.
+    pub ttft_p99_seconds: f64,
+    /// Requests killed by a scale-down (drained out).
+    pub requests_dropped: u64,
+    /// Requests arrived.
+    pub requests_arrived: u64,
+    /// Requests never served by the end of the run.
+    pub requests_unserved: u64,
+    /// Syncs that changed `spec.replicas`.
+    pub scale_events: u64,
+    /// Largest `spec.replicas`.
+    pub peak_replicas: i32,
+    /// `replica_seconds` over `ideal`'s (when `ideal` ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_seconds_vs_ideal: Option<f64>,
+    /// `replica_seconds` over `hpa`'s (when `hpa` ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_seconds_vs_hpa: Option<f64>,
+}
+
+/// The report of a run (JSON of `--report`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The trace's attribution (CC BY 4.0).
+    pub attribution: String,
+    /// Requests replayed (after `--scale`).
+    pub requests: usize,
+    /// Trace seconds of the last arrival.
+    pub trace_seconds: f64,
+    /// `--scale`.
+    pub scale: f64,
+    /// `--seed`.
+    pub seed: u64,
+    /// `--startup-seconds`.
+    pub startup_seconds: f64,
+    /// `--slo-ttft-seconds`.
+    pub slo_ttft_seconds: f64,
+    /// `--scrape-interval-seconds`.
+    pub scrape_interval_seconds: f64,
+    /// Replicas at the start.
+    pub initial_replicas: i32,
+    /// Per policy: `llmscaler` and each comparator.
+    pub policies: BTreeMap<String, PolicyReport>,
+    /// Per policy timelines (for the plot; not in the JSON).
+    #[serde(skip)]
+    pub timelines: BTreeMap<String, Vec<replay::TimelinePoint>>,
+}
+
+fn policy_report(o: &Outcome) -> PolicyReport {
+    let r = &o.report;
+    let within = o.within_slo as f64;
+    PolicyReport {
+        replica_seconds: o.replica_seconds,
+        replica_hours: o.replica_seconds / 3600.0,
+        ready_replica_seconds: r.replica_seconds,
+        slo_attainment: if r.arrived == 0 {
+            1.0
+        } else {
+            within / r.arrived as f64
+        },
+        ttft_p50_seconds: r.ttft_p50_s,
+        ttft_p95_seconds: r.ttft_p95_s,
+        ttft_p99_seconds: r.ttft_p99_s,
+        requests_dropped: r.failed,
+        requests_arrived: r.arrived,
+        requests_unserved: r.arrived.saturating_sub(r.served),
+        scale_events: o.scale_events,
+        peak_replicas: o.peak_replicas,
+        replica_seconds_vs_ideal: None,
+        replica_seconds_vs_hpa: None,
+    }
+}
+
+fn seconds_to_ms(s: f64) -> i64 {
+    #[allow(clippy::cast_possible_truncation)]
+    let ms = (s * 1000.0).round() as i64;
+    ms
+}
+
+/// Runs the scaler and the comparators on `requests` (sorted by arrival). `scale` and `seed`
+/// are only recorded in the report. Policies run in parallel threads; the result does not
+/// depend on it.
+///
+/// # Errors
+/// [`CompareError`] for a Custom-provider scaler or a query outside the PromQL subset.
+pub fn run(
+    scaler: &LLMScaler,
+    requests: &[Request],
+    options: &Options,
+    scale: f64,
+    seed: u64,
+) -> Result<Report, CompareError> {
+    let spec = &scaler.spec;
+    if spec.effective_provider() == MetricProvider::Custom {
+        return Err(CompareError::CustomProvider);
+    }
+    let params = Params {
+        slo_ttft_s: options.slo_ttft_seconds,
+        ..Params::default()
+    };
+    let namespace = scaler
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let settings = Settings {
+        params,
+        startup_ms: seconds_to_ms(options.startup_seconds),
+        scrape_interval_ms: seconds_to_ms(options.scrape_interval_seconds).max(1),
+        tail_ms: seconds_to_ms(options.tail_seconds),
+        labels: vec![
+            ("namespace".to_string(), namespace),
+            ("app".to_string(), spec.target_ref.name.clone()),
+            ("job".to_string(), "vllm".to_string()),
+        ],
+    };
+    let period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
+    let llmscaler = LlmscalerPolicy::new(spec)?;
+    let shapes = shapes(spec)?;
+
+    // The bound first: it sizes the warm start and the static fleet.
+    let wants_ideal = options.compare.contains(&Comparator::Ideal)
+        || options.compare.contains(&Comparator::Static)
+        || options.initial_replicas.is_none();
+    let ideal_settings = Settings {
+        startup_ms: 0,
+        ..settings.clone()
+    };
+    let ideal = wants_ideal.then(|| {
+        let mut policy = IdealPolicy {
+            min_replicas: spec.min_replicas,
+            max_replicas: spec.max_replicas,
+            period_ms,
+        };
+        replay::run(requests, &ideal_settings, spec.min_replicas, &mut policy)
+    });
+    let initial = options
+        .initial_replicas
+        .or_else(|| {
+            ideal.as_ref().and_then(|o| {
+                o.timeline
+                    .iter()
+                    .filter(|p| p.t_s < WARM_START_SECONDS)
+                    .map(|p| p.replicas)
+                    .max()
+            })
+        })
+        .unwrap_or(spec.min_replicas)
+        .clamp(spec.min_replicas.min(spec.max_replicas), spec.max_replicas);
+    let peak = ideal
+        .as_ref()
+        .map_or(spec.max_replicas, |o| o.peak_replicas);
+
+    let mut jobs: Vec<(String, Box<dyn Autoscaler + Send>)> =
+        vec![("llmscaler".to_string(), Box::new(llmscaler))];
+    for c in &options.compare {
+        let policy: Box<dyn Autoscaler + Send> = match c {
+            Comparator::Hpa => Box::new(HpaPolicy::new(spec, shapes.clone())),
+            Comparator::Keda => Box::new(KedaPolicy::new(spec, shapes.clone())),
+            Comparator::Static => Box::new(StaticPolicy {
+                replicas: peak,
+                period_ms,
+            }),
+            Comparator::Ideal => continue,
+        };
+        jobs.push((c.as_str().to_string(), policy));
+    }
+    let outcomes: Vec<(String, Outcome)> = std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .map(|(name, mut policy)| {
+                let settings = &settings;
+                let start = if name == "static" { peak } else { initial };
+                s.spawn(move || {
+                    let outcome = replay::run(requests, settings, start, policy.as_mut());
+                    (name, outcome)
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+
+    let mut policies = BTreeMap::new();
+    let mut timelines = BTreeMap::new();
+    for (name, outcome) in outcomes {
+        policies.insert(name.clone(), policy_report(&outcome));
+        timelines.insert(name, outcome.timeline);
+    }
+    if options.compare.contains(&Comparator::Ideal)
+        && let Some(o) = &ideal
+    {
+        policies.insert("ideal".to_string(), policy_report(o));
+        timelines.insert("ideal".to_string(), o.timeline.clone());
+    }
+    let ideal_rs = policies.get("ideal").map(|p| p.replica_seconds);
+    let hpa_rs = policies.get("hpa").map(|p| p.replica_seconds);
+    for p in policies.values_mut() {
+        p.replica_seconds_vs_ideal = ideal_rs.map(|i| p.replica_seconds / i);
+        p.replica_seconds_vs_hpa = hpa_rs.map(|h| p.replica_seconds / h);
+    }
+    Ok(Report {
+        attribution: ATTRIBUTION.to_string(),
+        requests: requests.len(),
+        trace_seconds: requests.last().map_or(0.0, |r| r.arrival_s),
+        scale,
+        seed,
+        startup_seconds: options.startup_seconds,
+        slo_ttft_seconds: options.slo_ttft_seconds,
+        scrape_interval_seconds: options.scrape_interval_seconds,
+        initial_replicas: initial,
+        policies,
+        timelines,
+    })
+}
+
+/// The report as a text table (one line per policy), with the attribution.
+pub fn summary(report: &Report) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:>10} {:>8} {:>9} {:>8} {:>8} {:>7} {:>6} {:>6}",
+        "policy", "replica-h", "SLO %", "p99 TTFT", "dropped", "events", "peak", "/ideal", "/hpa"
+    );
+    for (name, p) in &report.policies {
+        let ratio = |r: Option<f64>| r.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+        let _ = writeln!(
+            out,
+            "{:<10} {:>10.2} {:>8.2} {:>9.2} {:>8} {:>8} {:>7} {:>6} {:>6}",
+            name,
+            p.replica_hours,
+            p.slo_attainment * 100.0,
+            p.ttft_p99_seconds,
+            p.requests_dropped,
+            p.scale_events,
+            p.peak_replicas,
+            ratio(p.replica_seconds_vs_ideal),
+            ratio(p.replica_seconds_vs_hpa),
+        );
+    }
+    let _ = writeln!(out, "{}", report.attribution);
+    out
+}

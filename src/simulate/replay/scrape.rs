@@ -1,0 +1,88 @@
+//! Prometheus scraping the Ready pods: each scrape appends one point per series of every Ready
+//! pod (vLLM's names, the series of `docs/load-model.md#metrics-per-replica`) and writes
+//! staleness markers for the pods that stopped answering since the last one.
+
+use llmscaler_loadmodel::ReplicaMetrics;
+use llmscaler_loadmodel::replica::TTFT_BUCKETS_S;
+
+use super::Cluster;
+use crate::promql::{Labels, Store};
+
+/// The target labels Prometheus attaches to every series besides `pod` (e.g. `namespace`,
+/// `app`, `job`).
+pub type SeriesLabels = Vec<(String, String)>;
+
+fn series(base: &Labels, name: &str, extra: Option<(&str, String)>) -> Labels {
+    let mut l = base.clone();
+    l.insert("__name__".to_string(), name.to_string());
+    if let Some((k, v)) = extra {
+        l.insert(k.to_string(), v);
+    }
+    l
+}
+
+fn write_pod(store: &mut Store, base: &Labels, m: &ReplicaMetrics, t_ms: i64) {
+    let gauges = [
+        ("vllm:num_requests_running", m.running as f64),
+        ("vllm:num_requests_waiting", m.waiting as f64),
+        ("vllm:kv_cache_usage_perc", m.kv_cache_usage),
+        ("vllm:request_success_total", m.counters.success as f64),
+        ("vllm:prompt_tokens_total", m.counters.prompt_tokens as f64),
+        (
+            "vllm:generation_tokens_total",
+            m.counters.generation_tokens as f64,
+        ),
+        (
+            "vllm:time_to_first_token_seconds_sum",
+            m.counters.ttft_sum_s,
+        ),
+        (
+            "vllm:time_to_first_token_seconds_count",
+            m.counters.ttft_count as f64,
+        ),
+    ];
+    for (name, v) in gauges {
+        store.push(&series(base, name, None), t_ms, Some(v));
+    }
+    let mut cumulative = 0u64;
+    let bounds = TTFT_BUCKETS_S
+        .iter()
+        .map(|b| format!("{b}"))
+        .chain(["+Inf".to_string()]);
+    for (le, count) in bounds.zip(&m.counters.ttft_bucket_counts) {
+        cumulative += count;
+        store.push(
+            &series(
+                base,
+                "vllm:time_to_first_token_seconds_bucket",
+                Some(("le", le)),
+            ),
+            t_ms,
+            Some(cumulative as f64),
+        );
+    }
+}
+
+/// One scrape of every Ready pod at `t_ms`.
+pub fn scrape(cluster: &Cluster, labels: &SeriesLabels, store: &mut Store, t_ms: i64) {
+    let mut base: Labels = labels.iter().cloned().collect();
+    let ready = cluster.ready_names();
+    for m in cluster.fleet().metrics() {
+        base.insert("pod".to_string(), m.name.clone());
+        write_pod(store, &base, &m, t_ms);
+    }
+    let stopped: Vec<String> = store_pods(store)
+        .into_iter()
+        .filter(|p| !ready.contains(p))
+        .collect();
+    for pod in stopped {
+        let mut only = Labels::new();
+        only.insert("pod".to_string(), pod);
+        store.mark_stale(&only, t_ms);
+    }
+}
+
+/// Pods with a live (non-stale) series in the store.
+fn store_pods(store: &Store) -> Vec<String> {
+    store.live_values_of("vllm:num_requests_running", "pod")
+}

@@ -1,0 +1,137 @@
+//! `llmscaler simulate --requests`: the closed-loop replay on the shipped conversation trace
+//! (thinned with `--scale` to keep the debug build quick): report shape, determinism, and the
+//! errors for a query outside the PromQL subset and an unknown comparator.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SCALER: &str = "apiVersion: autoscaling.modelsphere.dev/v1alpha1
+kind: LLMScaler
+metadata:
+  name: chat
+  namespace: inference
+spec:
+  targetRef: {apiVersion: apps/v1, kind: Deployment, name: vllm}
+  serverAddress: http://127.0.0.1:9090
+  minReplicas: 1
+  maxReplicas: 16
+  metrics:
+  - name: running
+    query: avg(vllm:num_requests_running{app=\"vllm\"})
+    target: \"24\"
+  - name: waiting
+    query: avg(vllm:num_requests_waiting{app=\"vllm\"}) or vector(0)
+    target: \"4\"
+  scaleDown:
+    stabilizationWindowSeconds: 300
+";
+
+fn trace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/azure-llm-2023/conv.csv")
+}
+
+fn run(scaler: &str, args: &[&str]) -> (i32, String, String, Option<serde_json::Value>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scaler_path = dir.path().join("scaler.yaml");
+    std::fs::write(&scaler_path, scaler).expect("write scaler");
+    let report = dir.path().join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_llmscaler"))
+        .arg("simulate")
+        .arg("--scaler")
+        .arg(&scaler_path)
+        .arg("--requests")
+        .arg(trace())
+        .arg("--report")
+        .arg(&report)
+        .args(args)
+        .output()
+        .expect("run llmscaler");
+    let json = std::fs::read_to_string(&report)
+        .ok()
+        .map(|t| serde_json::from_str(&t).expect("report is JSON"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        json,
+    )
+}
+
+const ARGS: &[&str] = &[
+    "--scale",
+    "0.3",
+    "--seed",
+    "7",
+    "--compare",
+    "hpa,keda,ideal,static",
+];
+
+#[test]
+fn the_report_has_every_policy_and_the_same_seed_gives_the_same_json() {
+    let (code, stdout, stderr, first) = run(SCALER, ARGS);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(
+        stdout.contains("CC BY 4.0"),
+        "attribution printed: {stdout}"
+    );
+    let first = first.expect("report written");
+    let policies = first["policies"].as_object().expect("policies");
+    let names: Vec<&str> = policies.keys().map(String::as_str).collect();
+    assert_eq!(names, ["hpa", "ideal", "keda", "llmscaler", "static"]);
+    for (name, p) in policies {
+        for key in [
+            "replica_seconds",
+            "slo_attainment",
+            "ttft_p50_seconds",
+            "ttft_p99_seconds",
+            "requests_dropped",
+            "scale_events",
+        ] {
+            assert!(p.get(key).is_some(), "{name} lacks {key}: {p}");
+        }
+        let slo = p["slo_attainment"].as_f64().expect("a share");
+        assert!((0.0..=1.0).contains(&slo), "{name}: {slo}");
+    }
+    assert!(
+        first["attribution"]
+            .as_str()
+            .is_some_and(|a| a.contains("CC BY 4.0"))
+    );
+    // The bound is cheapest; the static fleet never scales and costs peak × duration.
+    let rs = |n: &str| policies[n]["replica_seconds"].as_f64().expect("number");
+    for other in ["llmscaler", "hpa", "keda", "static"] {
+        assert!(rs("ideal") <= rs(other), "ideal above {other}");
+    }
+    assert_eq!(policies["static"]["scale_events"], 0);
+    assert_eq!(
+        policies["static"]["peak_replicas"],
+        policies["ideal"]["peak_replicas"]
+    );
+
+    let (code, _, stderr, second) = run(SCALER, ARGS);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert_eq!(Some(first), second, "same inputs and seed, same report");
+}
+
+#[test]
+fn a_query_outside_the_subset_is_refused_naming_the_construct() {
+    let scaler = SCALER.replace(
+        "avg(vllm:num_requests_running{app=\"vllm\"})",
+        "quantile_over_time(0.9, vllm:num_requests_running[1m])",
+    );
+    assert_ne!(scaler, SCALER);
+    let (code, _, stderr, report) = run(&scaler, &["--scale", "0.1"]);
+    assert_eq!(code, 2, "stderr: {stderr}");
+    assert!(
+        stderr.contains("unsupported PromQL construct function \"quantile_over_time\""),
+        "{stderr}"
+    );
+    assert!(report.is_none());
+}
+
+#[test]
+fn an_unknown_comparator_is_refused() {
+    let (code, _, stderr, _) = run(SCALER, &["--compare", "hpa,vpa"]);
+    assert_eq!(code, 2, "stderr: {stderr}");
+    assert!(stderr.contains("unknown comparator \"vpa\""), "{stderr}");
+}
