@@ -317,6 +317,44 @@ async fn a_user_who_may_not_scale_the_target_cannot_point_a_scaler_at_it() -> an
         "targetRef change: {moved:?}"
     );
 
+    // One autoscaler per workload: a second LLMScaler on the same target is refused naming the
+    // first; an HPA on a target makes a new scaler admitted with a warning.
+    let mut second = scaler(&namespace, "someone-elses");
+    second["metadata"]["name"] = json!("second");
+    second["spec"]["targetRef"]["name"] = json!("vllm");
+    let refused = kubectl(&["apply", "-f", "-"], Some(&second.to_string()))?;
+    ensure!(
+        matches!(&refused, Err(e) if e.contains("already scaled by LLMScaler \"chat\"")),
+        "second scaler on vllm: {refused:?}"
+    );
+    let hpa = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "legacy", "namespace": namespace},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"},
+                 "minReplicas": 1, "maxReplicas": 3}});
+    kubectl(&["apply", "-f", "-"], Some(&hpa.to_string()))?
+        .map_err(|e| anyhow::anyhow!("hpa: {e}"))?;
+    let mut third = scaler(&namespace, "other");
+    third["metadata"]["name"] = json!("third");
+    let output = std::process::Command::new(kubectl_path())
+        .args(["create", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            if let Some(mut input) = child.stdin.take() {
+                input.write_all(third.to_string().as_bytes())?;
+            }
+            child.wait_with_output()
+        })?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(output.status.success(), "third scaler: {stderr}");
+    ensure!(
+        stderr.contains("Warning:") && stderr.contains("HorizontalPodAutoscaler \"legacy\""),
+        "no warning about the HPA: {stderr}"
+    );
+
     let _ = stop.send(());
     serving.await??;
     drop(configuration);

@@ -11,6 +11,7 @@
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, PostParams};
 use kube::core::admission::{AdmissionReview, Operation};
 use kube::core::{DynamicObject, GroupVersionKind};
@@ -56,6 +57,8 @@ pub struct Check {
     pub name: String,
     /// Whether the target must be checked (create, or `targetRef` changed).
     pub target: bool,
+    /// The admitted LLMScaler's name (another scaler on the same target is refused).
+    pub scaler: String,
     /// Secrets named by `serverHeadersFrom` that are new in this request: the user must be
     /// allowed to `get` each (else a scaler would send a Secret they cannot read to a server
     /// they choose).
@@ -114,7 +117,12 @@ pub fn needed(body: &[u8]) -> Option<Check> {
             .to_owned()
     };
     let user = request.user_info;
+    let scaler = new
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map_or_else(|| request.name.clone(), str::to_owned);
     Some(Check {
+        scaler,
         user: user.username.unwrap_or_default(),
         groups: user.groups.unwrap_or_default(),
         uid: user.uid,
@@ -147,9 +155,79 @@ impl TargetAccess {
             return reply;
         };
         match self.review(&check).await {
-            Ok(None) => reply,
-            Ok(Some(message)) | Err(message) => deny(reply, &message),
+            Ok(None) => {}
+            Ok(Some(message)) | Err(message) => return deny(reply, &message),
         }
+        if !check.target {
+            return reply;
+        }
+        match self.autoscalers(&check).await {
+            Ok((None, warnings)) => warn(reply, &warnings),
+            Ok((Some(message), _)) | Err(message) => deny_conflict(reply, &message),
+        }
+    }
+
+    /// One autoscaler per workload (`docs/writing-replicas.md#competing-autoscalers`): another
+    /// LLMScaler on the same target refuses the request (naming it); a HorizontalPodAutoscaler
+    /// (also a KEDA ScaledObject's) on it adds a warning. `Err` when the lists fail (fails
+    /// closed, like the access review).
+    async fn autoscalers(&self, check: &Check) -> Result<(Option<String>, Vec<String>), String> {
+        let scalers: Api<llmscaler_api::LLMScaler> =
+            Api::namespaced(self.client.clone(), &check.namespace);
+        let list = scalers.list(&Default::default()).await.map_err(|err| {
+            tracing::warn!(error = %err, "listing LLMScalers for the one-per-workload check failed");
+            "spec.targetRef: cannot check for another LLMScaler on the same target: listing LLMScalers failed".to_owned()
+        })?;
+        if let Some(other) = list.items.iter().find(|other| {
+            other.metadata.name.as_deref() != Some(check.scaler.as_str())
+                && other.spec.target_ref.kind == check.kind
+                && other.spec.target_ref.name == check.name
+        }) {
+            return Ok((
+                Some(format!(
+                    "spec.targetRef: {} {:?} is already scaled by LLMScaler {:?}; one autoscaler per workload (two would fight over spec.replicas)",
+                    check.kind,
+                    check.name,
+                    other.metadata.name.as_deref().unwrap_or_default()
+                )),
+                Vec::new(),
+            ));
+        }
+        let hpas: Api<HorizontalPodAutoscaler> =
+            Api::namespaced(self.client.clone(), &check.namespace);
+        // A failed HPA list only loses a warning: the controller still holds against an HPA.
+        let warnings = match hpas.list(&Default::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|hpa| {
+                    hpa.spec.as_ref().is_some_and(|s| {
+                        s.scale_target_ref.kind == check.kind && s.scale_target_ref.name == check.name
+                    })
+                })
+                .map(|hpa| {
+                    let name = hpa.metadata.name.clone().unwrap_or_default();
+                    let owner = hpa
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|o| o.kind == "ScaledObject")
+                        .map(|o| format!("KEDA ScaledObject {:?} (its ", o.name))
+                        .unwrap_or_default();
+                    let close = if owner.is_empty() { "" } else { ")" };
+                    format!(
+                        "spec.targetRef: {owner}HorizontalPodAutoscaler {name:?}{close} also scales {} {:?}: llmscaler will hold and write nothing while it exists (remove one of the two)",
+                        check.kind, check.name
+                    )
+                })
+                .collect(),
+            Err(err) => {
+                tracing::debug!(error = %err, "listing HorizontalPodAutoscalers for a warning failed");
+                Vec::new()
+            }
+        };
+        Ok((None, warnings))
     }
 
     /// `Ok(None)` when allowed, `Ok(Some(why))` when refused, `Err(why)` when the review could
@@ -262,6 +340,53 @@ fn allowed(reply: &Reply) -> bool {
         .ok()
         .and_then(|v| v.pointer("/response/allowed").and_then(Value::as_bool))
         .unwrap_or(false)
+}
+
+/// `status.reason` of a denial for a target another LLMScaler already scales.
+pub const REASON_CONFLICT: &str = "Conflict";
+/// `status.code` of such a denial (HTTP 409).
+pub const CODE_CONFLICT: u16 = 409;
+
+fn deny_conflict(reply: Reply, message: &str) -> Reply {
+    edit_response(reply, |response| {
+        response.insert("allowed".to_owned(), Value::Bool(false));
+        response.remove("patch");
+        response.remove("patchType");
+        response.insert(
+            "status".to_owned(),
+            json!({"status": "Failure", "message": message, "reason": REASON_CONFLICT, "code": CODE_CONFLICT}),
+        );
+    })
+}
+
+fn warn(reply: Reply, warnings: &[String]) -> Reply {
+    if warnings.is_empty() {
+        return reply;
+    }
+    edit_response(reply, |response| {
+        let list = response
+            .entry("warnings")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(list) = list.as_array_mut() {
+            list.extend(warnings.iter().cloned().map(Value::String));
+        }
+    })
+}
+
+fn edit_response(reply: Reply, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> Reply {
+    let Ok(mut review) = serde_json::from_slice::<Value>(&reply.body) else {
+        return reply;
+    };
+    if let Some(response) = review.get_mut("response").and_then(Value::as_object_mut) {
+        edit(response);
+    }
+    match serde_json::to_vec(&review) {
+        Ok(body) => Reply {
+            status: reply.status,
+            body,
+        },
+        Err(_) => reply,
+    }
 }
 
 fn deny(reply: Reply, message: &str) -> Reply {
