@@ -96,6 +96,9 @@ impl Rbac {
             "templates/serviceaccount.yaml",
             "--show-only",
             "templates/rbac.yaml",
+            // The operator runs out of cluster with its default Lease name.
+            "--set",
+            "leaseName=llmscaler-leader",
         ];
         for value in extra_values {
             args.extend(["--set", value]);
@@ -129,6 +132,8 @@ impl Rbac {
                 namespace,
                 "--set",
                 "outOfCluster.enabled=true",
+                "--set",
+                "leaseName=llmscaler-leader",
                 "--set",
                 &url,
                 "--set",
