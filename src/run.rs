@@ -41,9 +41,11 @@ pub struct RunArgs {
     /// so two installs never share one).
     #[arg(long, default_value = LEASE_NAME)]
     pub lease_name: String,
-    /// Watch LLMScalers of this namespace only (default: every namespace).
-    #[arg(long)]
-    pub watch_namespace: Option<String>,
+    /// Watch LLMScalers (and their targets) of these namespaces only, comma-separated or
+    /// repeated (default: every namespace). One controller runs per namespace, so namespaced
+    /// RBAC in each is enough (the chart's `watchNamespaces`).
+    #[arg(long, value_delimiter = ',')]
+    pub watch_namespace: Vec<String>,
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -141,7 +143,7 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         metrics_client,
         telemetry,
         identity,
-        watch_namespace: args.watch_namespace.clone(),
+        watch_namespaces: args.watch_namespace.clone(),
     };
     let result = if args.no_leader_election {
         operator.run_single(&shutdown).await
@@ -206,7 +208,8 @@ struct Operator {
     metrics_client: MetricsClient,
     telemetry: Arc<Metrics>,
     identity: String,
-    watch_namespace: Option<String>,
+    /// Empty: every namespace.
+    watch_namespaces: Vec<String>,
 }
 
 /// Why a leadership term ended.
@@ -218,34 +221,42 @@ enum TermEnd {
 }
 
 impl Operator {
-    fn context(&self, leadership: Leadership) -> Arc<Context> {
-        Arc::new(Context::new(
-            self.client.clone(),
-            self.metrics_client.clone(),
-            self.telemetry.clone(),
-            (Some(self.identity.clone()), self.watch_namespace.clone()),
-            leadership,
-        ))
-    }
-
+    /// One controller per watched namespace (one for every namespace when none is given), each
+    /// with its own context and caches, all sharing `leadership`. The task ends when any of
+    /// them ends (a dead controller ends the term).
     fn spawn_controller(
         &self,
-        ctx: Arc<Context>,
+        leadership: Leadership,
     ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
-        let (stop_tx, mut stop_rx) = watch::channel(false);
-        let task = tokio::spawn(controller::run(
-            ctx,
-            self.watch_namespace.clone(),
-            async move {
-                let _ = stop_rx.wait_for(|s| *s).await;
-            },
-        ));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let scopes: Vec<Option<String>> = if self.watch_namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.watch_namespaces.iter().cloned().map(Some).collect()
+        };
+        let controllers = scopes.into_iter().map(|scope| {
+            let ctx = Arc::new(Context::new(
+                self.client.clone(),
+                self.metrics_client.clone(),
+                self.telemetry.clone(),
+                (Some(self.identity.clone()), scope.clone()),
+                leadership.clone(),
+            ));
+            let mut stop = stop_rx.clone();
+            Box::pin(controller::run(ctx, scope, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            }))
+        });
+        let controllers: Vec<_> = controllers.collect();
+        let task = tokio::spawn(async move {
+            futures::future::select_all(controllers).await;
+        });
         (stop_tx, task)
     }
 
     /// Without leader election: one controller until shutdown.
     async fn run_single(&self, shutdown: &Shutdown) -> Result<(), RunError> {
-        let (stop, mut task) = self.spawn_controller(self.context(Leadership::always()));
+        let (stop, mut task) = self.spawn_controller(Leadership::always());
         let end = tokio::select! {
             () = shutdown.requested() => TermEnd::Shutdown,
             joined = &mut task => TermEnd::ControllerDied(died(joined)),
@@ -276,7 +287,7 @@ impl Operator {
             }
             tracing::info!(identity = %self.identity, "acquired the lease: controller starts");
             let leadership = Leadership::term(leader.clone());
-            let (stop, mut task) = self.spawn_controller(self.context(leadership.clone()));
+            let (stop, mut task) = self.spawn_controller(leadership.clone());
             let end = tokio::select! {
                 changed = leader.wait_for(|is_leader| !*is_leader) => {
                     if changed.is_err() { TermEnd::LeaseTaskEnded } else { TermEnd::LostLease }

@@ -532,3 +532,61 @@ fn the_schema_still_refuses_typos() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn watch_namespaces_give_namespaced_rbac_and_scope_the_webhooks() -> anyhow::Result<()> {
+    let (docs, deployment) = deployment_with("watchNamespaces: [team-a, team-b]")?;
+    let args =
+        serde_yaml::to_string(&deployment["spec"]["template"]["spec"]["containers"][0]["args"])?;
+    assert!(args.contains("--watch-namespace=team-a,team-b"), "{args}");
+    let cluster_role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("ClusterRole");
+    let cluster_rules = serde_yaml::to_string(&cluster_role["rules"])?;
+    for namespaced in [
+        "llmscalers",
+        "deployments",
+        "pods",
+        "horizontalpodautoscalers",
+        "events",
+    ] {
+        assert!(
+            !cluster_rules.contains(namespaced),
+            "the ClusterRole still grants {namespaced}:\n{cluster_rules}"
+        );
+    }
+    for namespace in ["team-a", "team-b"] {
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == namespace)
+            .unwrap_or_else(|| panic!("no Role in {namespace}"));
+        let rules = serde_yaml::to_string(&role["rules"])?;
+        assert!(
+            rules.contains("llmscalers") && rules.contains("pods"),
+            "{rules}"
+        );
+        assert!(
+            docs.iter()
+                .any(|d| d["kind"] == "RoleBinding" && d["metadata"]["namespace"] == namespace),
+            "no RoleBinding in {namespace}"
+        );
+    }
+    for webhook in docs.iter().filter(|d| {
+        d["kind"] == "ValidatingWebhookConfiguration" || d["kind"] == "MutatingWebhookConfiguration"
+    }) {
+        let selector = serde_yaml::to_string(&webhook["webhooks"][0]["namespaceSelector"])?;
+        assert!(
+            selector.contains("team-a") && selector.contains("team-b"),
+            "{selector}"
+        );
+    }
+    // Without it: one ClusterRole over every namespace, no per-namespace Role.
+    let (docs, _) = deployment_with("{}")?;
+    assert!(
+        docs.iter()
+            .all(|d| d["metadata"]["name"] != "llmscaler-watch")
+    );
+    Ok(())
+}

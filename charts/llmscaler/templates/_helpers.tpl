@@ -53,3 +53,49 @@ service:
 {{- define "llmscaler.leaseName" -}}
 {{- default (printf "%s-leader" (include "llmscaler.fullname" .)) .Values.leaseName | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* The rules on what the operator watches and scales: cluster-wide, or per watched namespace. */}}
+{{- define "llmscaler.watchedRules" -}}
+- apiGroups: ["autoscaling.modelsphere.dev"]
+  resources: ["llmscalers"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["autoscaling.modelsphere.dev"]
+  resources: ["llmscalers/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- range .Values.rbac.extraTargets }}
+- apiGroups: {{ toJson .apiGroups }}
+  resources: {{ toJson .resources }}
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "patch"]
+# Competing autoscalers: an HPA (or a KEDA ScaledObject's) on the same target makes the
+# operator hold instead of fighting it (one watch, no request per sync).
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{/* The webhooks' namespaceSelector: the given one, else the watched namespaces, else all. */}}
+{{- define "llmscaler.webhookNamespaceSelector" -}}
+{{- if .Values.webhook.namespaceSelector }}
+namespaceSelector:
+  {{- toYaml .Values.webhook.namespaceSelector | nindent 2 }}
+{{- else if .Values.watchNamespaces }}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: In
+      values: {{ toJson .Values.watchNamespaces }}
+{{- end }}
+{{- end -}}
