@@ -164,10 +164,15 @@ impl Inner {
              # HELP emulator_requests_arrived_total Requests of the trace that have arrived.\n\
              # TYPE emulator_requests_arrived_total counter\nemulator_requests_arrived_total {}\n\
              # HELP emulator_requests_failed_total Requests dropped by a replica drained out.\n\
-             # TYPE emulator_requests_failed_total counter\nemulator_requests_failed_total {}\n",
+             # TYPE emulator_requests_failed_total counter\nemulator_requests_failed_total {}\n\
+             # HELP gateway_queue_size Requests the gateway holds for want of a Ready replica \
+             (exists with zero pods: an activation signal).\n\
+             # TYPE gateway_queue_size gauge\ngateway_queue_size{{namespace=\"{}\"}} {}\n",
             self.fleet.now_s(),
             report.arrived,
-            report.failed
+            report.failed,
+            self.namespace,
+            self.fleet.gateway_backlog()
         ));
         text
     }

@@ -283,6 +283,12 @@ impl Fleet {
         }
     }
 
+    /// Requests the gateway holds because no replica is Ready (the series that exists without
+    /// pods, the activation signal of a fleet at zero).
+    pub fn gateway_backlog(&self) -> usize {
+        self.backlog.len()
+    }
+
     /// Metrics of the Ready replicas, by name.
     pub fn metrics(&self) -> Vec<ReplicaMetrics> {
         self.ready.values().map(Replica::metrics).collect()
