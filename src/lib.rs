@@ -2,13 +2,14 @@
 //! llama.cpp, TGI) on queue depth, KV-cache usage and TTFT.
 //!
 //! The library holds the logic; `src/main.rs` only wires the command line.
-//! - [`controller`]: the reconcile loop (spec §2, §5–7); [`run`]: the `llmscaler run` process;
+//! - [`controller`]: the reconcile loop (docs/scaling.md, docs/scale-down.md,
+//!   docs/writing-replicas.md, docs/conditions.md); [`run`]: the `llmscaler run` process;
 //!   [`telemetry`]: the operator's own metrics.
-//! - [`engine`]: the pure decision engine of spec §2 (ratio, clamp, stabilization, step cap,
-//!   guards), shared by the controller, `simulate` and `probe`.
+//! - [`engine`]: the pure decision engine of docs/scaling.md (ratio, clamp, stabilization,
+//!   step cap, guards), shared by the controller, `simulate` and `probe`.
 //! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`; `--plot` needs the
 //!   `plot` cargo feature, on by default and off in the operator's image).
-//! - [`metrics`]: the Prometheus and decision-server metric sources (spec §3–4).
+//! - [`metrics`]: the Prometheus and decision-server metric sources (docs/providers.md).
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
 //! - [`convert`]: KEDA ScaledObject / HPA manifests to LLMScalers (`llmscaler convert`).
 //! - [`release`]: handing a workload's `spec.replicas` back (`llmscaler release`).

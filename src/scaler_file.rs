@@ -1,5 +1,6 @@
 //! Reading an LLMScaler manifest from a file the way an apply would treat it: parsed with
-//! field paths on type errors, defaulted (spec §1) and validated (spec §8). Used by `simulate`
+//! field paths on type errors, defaulted (docs/resource.md) and validated (docs/admission.md). Used
+//! by `simulate`
 //! and `probe`.
 
 use std::path::Path;

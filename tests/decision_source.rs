@@ -1,4 +1,5 @@
-//! The decision-server metric source (spec §4) against a real axum HTTP server on loopback.
+//! The decision-server metric source (docs/providers.md#custom-provider-decision-server) against a
+//! real axum HTTP server on loopback.
 
 mod support;
 

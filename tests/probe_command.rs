@@ -1,5 +1,6 @@
 //! `llmscaler probe` end to end: the real binary against a real Prometheus and a real decision
-//! server on loopback; exit statuses 0 (recommendation), 4 (recommendation with a metric skipped), 3 (hold), 2
+//! server on loopback; exit statuses 0 (recommendation), 4 (recommendation with a metric skipped),
+//! 3 (hold), 2
 //! (invalid spec).
 
 mod support;
@@ -193,7 +194,7 @@ fn decisions(active: i64) -> String {
 async fn probe_against_decision_server() {
     init();
     let server = decision_server(StatusCode::OK, decisions(15)).await;
-    // Spec §2 worked numbers: active 15 with min 1 max 20 / max 5.
+    // docs/scaling.md#worked-numbers: active 15 with min 1 max 20 / max 5.
     for (max, desired) in [(20, 15), (5, 5)] {
         let run = probe(
             &custom_manifest(&server.url(), 1, max),

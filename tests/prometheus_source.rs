@@ -1,4 +1,5 @@
-//! The Prometheus metric source (spec §3, §5 deletion cost) against a real Prometheus process
+//! The Prometheus metric source (docs/providers.md, docs/scale-down.md deletion cost) against a
+//! real Prometheus process
 //! scraping a vLLM-like exporter on loopback. Needs the `prometheus` binary; fails (never skips)
 //! without it.
 

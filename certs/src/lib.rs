@@ -1,4 +1,4 @@
-//! `llmscaler-certs`: the webhook's certificates without cert-manager (spec §8, issue 5).
+//! `llmscaler-certs`: the webhook's certificates without cert-manager (docs/admission.md, issue 5).
 //!
 //! The operator makes its own CA and a serving certificate for the webhook Service, keeps both
 //! in a Secret in its namespace, renews them before they expire, and writes the CA bundle into

@@ -1,16 +1,18 @@
-//! Spec §1 defaults, in one place: the mutating webhook writes them into stored objects, and
+//! The defaults of docs/admission.md#defaults, in one place: the mutating webhook writes them into
+//! stored objects, and
 //! `simulate`, `probe` and the controller apply the same function to what they read.
 
 use crate::types::{LLMScalerSpec, MetricProvider, ScaleDown, ScaleDownBehavior};
 
-/// `syncPeriodSeconds` default, seconds (spec §1).
+/// `syncPeriodSeconds` default, seconds (docs/resource.md).
 pub const SYNC_PERIOD_SECONDS: i32 = 15;
-/// `retryPeriodSeconds` default, seconds (spec §1).
+/// `retryPeriodSeconds` default, seconds (docs/resource.md).
 pub const RETRY_PERIOD_SECONDS: i32 = 10;
-/// `customProvider.path` default (spec §1, §4).
+/// `customProvider.path` default (docs/resource.md,
+/// docs/providers.md#custom-provider-decision-server).
 pub const DECISIONS_PATH: &str = "/decisions";
 
-/// Fills every spec §1 default that is not set: `metricProvider: Prometheus`,
+/// Fills every default of docs/admission.md#defaults that is not set: `metricProvider: Prometheus`,
 /// `syncPeriodSeconds: 15`, `retryPeriodSeconds: 10`, `customProvider.path: /decisions` (when a
 /// `customProvider` is present), and `scaleDown` with `stabilizationWindowSeconds: 0`,
 /// `maxStepReplicas: 0`, `behavior: CacheAware`. Values already set are never changed.

@@ -1,7 +1,7 @@
 //! `llmscaler-api`: the `LLMScaler` custom resource (`autoscaling.modelsphere.dev/v1alpha1`),
 //! its defaults and its validation rules, shared by the webhook, the controller and the CLI.
 //!
-//! Contract: `shared/spec/llmscaler.md` §1 (resource), §8 (admission rules).
+//! Contract: `docs/resource.md` (the resource), `docs/admission.md` (admission rules).
 
 pub mod defaults;
 pub mod names;
@@ -32,7 +32,8 @@ pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
     ))
 }
 
-/// Admission warnings for a spec that is valid but probably not what the user meant (spec §8):
+/// Admission warnings for a spec that is valid but probably not what the user meant
+/// (docs/admission.md):
 /// `preemption` has no effect, and a Prometheus query with no aggregation at its top may return
 /// several series.
 pub fn spec_warnings(spec: &LLMScalerSpec) -> Vec<String> {

@@ -1,4 +1,4 @@
-//! The `LLMScaler` custom resource (`autoscaling.modelsphere.dev/v1alpha1`), spec §1.
+//! The `LLMScaler` custom resource (`autoscaling.modelsphere.dev/v1alpha1`), docs/resource.md.
 //!
 //! Doc comments on fields become the OpenAPI descriptions that `kubectl explain` prints.
 //! Optional fields are `Option`s so that "not set" stays visible: the mutating webhook
@@ -219,7 +219,8 @@ pub enum MetricProvider {
     Custom,
 }
 
-/// The decision server's coordinates under the `Custom` provider (spec §4).
+/// The decision server's coordinates under the `Custom` provider
+/// (docs/providers.md#custom-provider-decision-server).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct CustomProvider {
@@ -252,7 +253,7 @@ pub struct MetricSpec {
     pub target: String,
 }
 
-/// Scale-down damping and cache-aware teardown (spec §2 steps 5-8, §5).
+/// Scale-down damping and cache-aware teardown (docs/guards.md, docs/scale-down.md).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleDown {
@@ -478,13 +479,13 @@ impl LLMScalerSpec {
         self.metric_provider.unwrap_or_default()
     }
 
-    /// Seconds between evaluations (spec §1 default 15).
+    /// Seconds between evaluations (docs/resource.md#spec: default 15).
     pub fn effective_sync_period_seconds(&self) -> i32 {
         self.sync_period_seconds
             .unwrap_or(defaults::SYNC_PERIOD_SECONDS)
     }
 
-    /// Seconds before retrying after a failed sync (spec §1 default 10).
+    /// Seconds before retrying after a failed sync (docs/resource.md#spec: default 10).
     pub fn effective_retry_period_seconds(&self) -> i32 {
         self.retry_period_seconds
             .unwrap_or(defaults::RETRY_PERIOD_SECONDS)

@@ -1,4 +1,5 @@
-//! The admission rules of spec §8, as pure functions shared by the webhook, the controller
+//! The admission rules of docs/admission.md, as pure functions shared by the webhook, the
+//! controller
 //! (which re-checks at reconcile time) and the `simulate` / `probe` commands.
 //!
 //! Every function returns *all* violations, each with the field path it is about
@@ -49,7 +50,8 @@ impl fmt::Display for ValidationErrors {
 
 impl std::error::Error for ValidationErrors {}
 
-/// Parses `metrics[].target` (spec §1): a plain number on the query's own scale, finite and
+/// Parses `metrics[].target` (docs/resource.md): a plain number on the query's own scale, finite
+/// and
 /// greater than zero.
 ///
 /// # Errors
@@ -81,7 +83,8 @@ pub fn parse_target(raw: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// Checks every rule of spec §8 that a spec can break and returns all violations (empty when
+/// Checks every rule of docs/admission.md that a spec can break and returns all violations (empty
+/// when
 /// valid). Paths start at `spec.`. Call it on a defaulted spec or a raw one: unset optional
 /// fields are never errors.
 ///

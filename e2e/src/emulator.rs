@@ -385,7 +385,7 @@ pub fn load_trace(path: &std::path::Path, scale: f64, seed: u64) -> anyhow::Resu
     Ok(llmscaler_loadmodel::trace::scale(&requests, scale, seed))
 }
 
-/// The load model's parameters as command-line flags (defaults of spec/load-model.md).
+/// The load model's parameters as command-line flags (defaults of docs/load-model.md).
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
     /// Most sequences running at once per replica.

@@ -4,7 +4,8 @@
 //! `controller.kubernetes.io/pod-deletion-cost` when it scales down.
 //!
 //! Run with `./e2e/test`, or by hand:
-//! `e2e/cluster up && eval "$(e2e/cluster env)" && cargo test -p llmscaler-e2e -- --ignored --nocapture`.
+//! `e2e/cluster up && eval "$(e2e/cluster env)" && cargo test -p llmscaler-e2e -- --ignored
+//! --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -67,7 +68,8 @@ async fn apply_replicas(
         })
 }
 
-/// Asserts that `llmscaler` has exactly one managedFields entry, an Apply owning `spec.replicas` alone.
+/// Asserts that `llmscaler` has exactly one managedFields entry, an Apply owning `spec.replicas`
+/// alone.
 fn assert_owns_only_replicas(deployment: &Deployment) -> anyhow::Result<serde_json::Value> {
     let entries: Vec<_> = deployment
         .managed_fields()

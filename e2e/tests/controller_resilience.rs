@@ -310,7 +310,8 @@ fn rollout_in_progress(version: &Version) -> bool {
         || status("replicas") > updated
 }
 
-/// A decision server (spec §4) whose answer the test sets.
+/// A decision server (docs/providers.md#custom-provider-decision-server) whose answer the test
+/// sets.
 async fn decision_server(namespace: String, active: Arc<Mutex<i64>>) -> anyhow::Result<String> {
     let router = axum::Router::new()
         .route(
@@ -417,7 +418,8 @@ async fn custom_provider_end_to_end_and_a_contested_field_is_reasserted_once() -
     println!("replicas after kubectl apply replicas=1: {walk:?}");
     ensure!(walk == vec![3, 1, 3], "not exactly one re-assert: {walk:?}");
 
-    // Custom rows of spec §2: active 7 with max 5 -> 5; active 0 with min 2 -> 2.
+    // Custom rows of docs/scaling.md#worked-numbers: active 7 with max 5 -> 5; active 0 with min 2
+    // -> 2.
     *active
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = 7;

@@ -210,16 +210,20 @@ async fn metrics_series_follow_the_ready_pods() -> anyhow::Result<()> {
     // arrivals: the activation signal of a fleet at zero.
     let zero = scale_and_follow(&deployments, &pods, ns.name(), app, 0, &url).await?;
     assert!(zero.is_empty());
-    wait_for("the gateway queue to hold arrivals at zero pods", DEADLINE, || async {
-        let text = reqwest::get(&url).await?.text().await?;
-        let queued = counter_sum(&text, "gateway_queue_size");
-        let vllm = text.lines().filter(|l| l.starts_with("vllm:")).count();
-        Ok(if queued > 0.0 && vllm == 0 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("gateway_queue_size {queued}, {vllm} vllm series"))
-        })
-    })
+    wait_for(
+        "the gateway queue to hold arrivals at zero pods",
+        DEADLINE,
+        || async {
+            let text = reqwest::get(&url).await?.text().await?;
+            let queued = counter_sum(&text, "gateway_queue_size");
+            let vllm = text.lines().filter(|l| l.starts_with("vllm:")).count();
+            Ok(if queued > 0.0 && vllm == 0 {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("gateway_queue_size {queued}, {vllm} vllm series"))
+            })
+        },
+    )
     .await?;
 
     drop(child);

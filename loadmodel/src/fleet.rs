@@ -1,5 +1,5 @@
 //! The fleet: least-outstanding routing over Ready replicas, start/removal with drain, and the
-//! run report (spec/load-model.md, "Fleet" and "What a run reports").
+//! run report (docs/load-model.md, "Fleet" and "What a run reports").
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

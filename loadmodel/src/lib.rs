@@ -1,4 +1,4 @@
-//! The one load model of spec/load-model.md, shared by the vLLM emulator, the demo and (later)
+//! The one load model of docs/load-model.md, shared by the vLLM emulator, the demo and (later)
 //! `llmscaler simulate` with a request trace: given requests and serving replicas, what the vLLM
 //! metrics look like.
 //!

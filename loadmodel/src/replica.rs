@@ -1,4 +1,4 @@
-//! One vLLM replica under continuous batching (spec/load-model.md, "One replica").
+//! One vLLM replica under continuous batching (docs/load-model.md, "One replica").
 
 use std::collections::VecDeque;
 
@@ -10,7 +10,7 @@ pub const TTFT_BUCKETS_S: [f64; 22] = [
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ];
 
-/// Model parameters; defaults are those of spec/load-model.md (an 8B model on one H100-class
+/// Model parameters; defaults are those of docs/load-model.md (an 8B model on one H100-class
 /// GPU).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {

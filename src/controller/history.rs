@@ -11,7 +11,7 @@ use crate::engine::{History, Record};
 /// How stale the persisted stabilization history may get before it is written again,
 /// milliseconds: a quarter of the window, at least one sync period, at most 60 s. A restart
 /// restores the history shifted later by this much, so the restored window can end late, never
-/// early (spec §2 step 5; issue 6 restart safety).
+/// early (docs/guards.md#restart-safe-history).
 pub fn refresh_interval_ms(window_ms: i64, sync_period_ms: i64) -> i64 {
     (window_ms / 4).min(60_000).max(sync_period_ms)
 }

@@ -1,6 +1,7 @@
 //! Generic access to the scaled workload: any kind with `spec.replicas` and
 //! `status.readyReplicas`, found by discovery of `targetRef.apiVersion`/`kind` and read as a
-//! `DynamicObject` (spec §1 `targetRef`, §2 steps 1–2, §6).
+//! `DynamicObject` (docs/resource.md#targetref, docs/scaling.md steps 1–2,
+//! docs/writing-replicas.md).
 
 use std::collections::HashMap;
 
@@ -126,11 +127,11 @@ impl Resolver {
 pub struct TargetState {
     /// The object as read.
     pub object: DynamicObject,
-    /// `spec.replicas`, 1 when missing (spec §2 step 2).
+    /// `spec.replicas`, 1 when missing (docs/scaling.md step 2).
     pub spec_replicas: i32,
     /// `status.readyReplicas`, 0 when missing.
     pub ready_replicas: i32,
-    /// Deployment only: a rollout is in progress (spec §2 step 7).
+    /// Deployment only: a rollout is in progress (docs/guards.md#rollout-guard).
     pub rollout_in_progress: bool,
     /// Field managers other than ours that own `spec.replicas`, newest first, from
     /// `managedFields`.
@@ -245,7 +246,8 @@ pub fn replicas_owners(object: &DynamicObject) -> Vec<String> {
         .collect()
 }
 
-/// The apply body of spec §6: only `apiVersion`, `kind`, `metadata.name/namespace` and
+/// The apply body of docs/writing-replicas.md: only `apiVersion`, `kind`, `metadata.name/namespace`
+/// and
 /// `spec.replicas`; no `resourceVersion`.
 pub fn replicas_apply_body(target: &TargetRef, namespace: &str, replicas: i32) -> Value {
     json!({
@@ -257,7 +259,7 @@ pub fn replicas_apply_body(target: &TargetRef, namespace: &str, replicas: i32) -
 }
 
 /// Server-side applies `spec.replicas` of the target under [`FIELD_MANAGER`] with force, to the
-/// main resource (not `/scale`, spec §6). Returns the object as stored.
+/// main resource (not `/scale`, docs/writing-replicas.md). Returns the object as stored.
 ///
 /// # Errors
 /// [`TargetError::NotFound`] on 404, [`TargetError::Api`] otherwise.

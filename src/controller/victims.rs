@@ -1,4 +1,5 @@
-//! Cache-aware scale-down for Deployments (spec §5): before lowering replicas, give the pods to
+//! Cache-aware scale-down for Deployments (docs/scale-down.md): before lowering replicas, give the
+//! pods to
 //! remove a low `controller.kubernetes.io/pod-deletion-cost` so the ReplicaSet deletes them
 //! first, clear costs left by earlier steps, and wait until the API server shows the marks.
 

@@ -1,4 +1,4 @@
-//! The scale-down stabilization window (spec §2 steps 5 and 8).
+//! The scale-down stabilization window (docs/guards.md#stabilization-window).
 
 /// One recorded recommendation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +100,8 @@ impl History {
         }
     }
 
-    /// Spec §2 step 8: after a scale-down, the history is only the value written, so the next
+    /// docs/guards.md#after-a-scale-down: after a scale-down, the history is only the value
+    /// written, so the next
     /// step waits a full window.
     pub fn pin(&mut self, now_ms: i64, replicas: i32) {
         self.records.clear();

@@ -1,4 +1,4 @@
-//! The per-metric ratio of spec §2 step 3.
+//! The per-metric ratio of docs/scaling.md step 3.
 
 use super::Skip;
 
@@ -7,7 +7,8 @@ use super::Skip;
 /// integer, so floating-point noise (`2 × 0.3 / 0.6`) cannot add a replica.
 ///
 /// # Errors
-/// [`Skip::NotMeasurable`] for NaN, ±Inf or negative values (spec §2: skipped, never read as
+/// [`Skip::NotMeasurable`] for NaN, ±Inf or negative values (docs/scaling.md#steps-of-one-sync:
+/// skipped, never read as
 /// zero; no load signal the operator reads is negative, so a negative reading is a broken query
 /// or exporter, not an idle fleet), and
 /// [`Skip::BadTarget`] for a target that is not finite and positive.

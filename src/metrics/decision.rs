@@ -1,17 +1,20 @@
-//! Decision-server client: the Custom metric provider (spec §4).
+//! Decision-server client: the Custom metric provider
+//! (docs/providers.md#custom-provider-decision-server).
 
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::{Endpoint, MetricError, MetricsClient, Reply, Subject, json_position};
 
-/// The only `apiVersion` a decision-server reply may carry (spec §4).
+/// The only `apiVersion` a decision-server reply may carry
+/// (docs/providers.md#custom-provider-decision-server).
 pub const DECISION_API_VERSION: &str = "llmscaling.inference.x-k8s.io/v1alpha1";
 
-/// Default `customProvider.path` (spec §1).
+/// Default `customProvider.path` (docs/resource.md).
 pub const DEFAULT_DECISION_PATH: &str = "/decisions";
 
-/// Reads the replica count an external decision server wants for one serviceId (spec §4).
+/// Reads the replica count an external decision server wants for one serviceId
+/// (docs/providers.md#custom-provider-decision-server).
 ///
 /// Cheap to clone; clones share the [`MetricsClient`] connection pool. Each request is bounded
 /// by the endpoint's timeout (default 5 seconds).
@@ -71,11 +74,12 @@ impl DecisionSource {
     }
 
     /// Asks the decision server and returns `replicas.active` of the single matching decision,
-    /// as an absolute replica count (not yet clamped; spec §4).
+    /// as an absolute replica count (not yet clamped;
+    /// docs/providers.md#custom-provider-decision-server).
     ///
     /// # Errors
-    /// - [`MetricError::Timeout`] after the endpoint's timeout (seconds), [`MetricError::Transport`]
-    ///   when the server cannot be reached;
+    /// - [`MetricError::Timeout`] after the endpoint's timeout (seconds),
+    ///   [`MetricError::Transport`] when the server cannot be reached;
     /// - [`MetricError::HttpStatus`] for a non-200 reply; [`MetricError::Decode`] for a body that
     ///   is not JSON (e.g. an HTML error page);
     /// - [`MetricError::BadReply`] for a missing or other `apiVersion` or a missing `decisions`
@@ -398,7 +402,8 @@ impl<'de> Visitor<'de> for TopKind<'_, '_, '_> {
     }
 }
 
-/// Decodes a decision-server reply for `subject` (spec §4). Nothing of the body is quoted back:
+/// Decodes a decision-server reply for `subject`
+/// (docs/providers.md#custom-provider-decision-server). Nothing of the body is quoted back:
 /// kinds, counts and fixed texts only (`docs/security.md#messages`).
 fn decode_decision(subject: &Subject, reply: &Reply) -> Result<i32, MetricError> {
     if reply.status != 200 {

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-/// What a failed request was about: a PromQL query (spec §3) or a decision-server serviceId
-/// (spec §4). Displayed as ``query `…` `` or ``serviceId `…` ``.
+/// What a failed request was about: a PromQL query (docs/providers.md#prometheus-provider) or a
+/// decision-server serviceId (docs/providers.md#custom-provider-decision-server). Displayed as
+/// ``query `…` `` or ``serviceId `…` ``.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Subject {
     /// A PromQL query sent to Prometheus.

@@ -1,4 +1,5 @@
-//! Metric sources: the Prometheus HTTP API (spec §3) and the external decision server (spec §4).
+//! Metric sources: the Prometheus HTTP API (docs/providers.md#prometheus-provider) and the external
+//! decision server (docs/providers.md#custom-provider-decision-server).
 //!
 //! Both sources share one [`MetricsClient`] (a single `reqwest` connection pool using rustls with
 //! the process-wide aws-lc-rs crypto provider). Every request carries its own bounded timeout and
@@ -33,7 +34,8 @@ pub use error::{MetricError, Subject, media_type};
 pub use prometheus::{PrometheusSource, decode_instant_body, decode_per_pod_body};
 pub use source::{MetricSource, Readings, secret_headers};
 
-/// Default per-request timeout for metric requests: 5 seconds (spec §3).
+/// Default per-request timeout for metric requests: 5 seconds
+/// (docs/providers.md#prometheus-provider).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Largest reply body accepted from a metric server, in bytes (1 MiB; `docs/security.md#memory`).
@@ -109,8 +111,10 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Parses `server_address` (spec §1 `serverAddress`, an `http` or `https` base URL) and
-    /// `server_headers` (spec §1 `serverHeaders`, used verbatim on every request), with the
+    /// Parses `server_address` (docs/resource.md#spec `serverAddress`, an `http` or `https` base
+    /// URL) and
+    /// `server_headers` (docs/resource.md#spec `serverHeaders`, used verbatim on every request),
+    /// with the
     /// default timeout of 5 seconds.
     ///
     /// A trailing `/` on the address is ignored.

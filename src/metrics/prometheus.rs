@@ -1,5 +1,6 @@
-//! Prometheus HTTP API client: instant queries (spec §3) and the per-pod deletion-cost query
-//! (spec §5).
+//! Prometheus HTTP API client: instant queries (docs/providers.md#prometheus-provider) and the
+//! per-pod deletion-cost query
+//! (docs/scale-down.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,7 +14,7 @@ use super::{Endpoint, MetricError, MetricsClient, Reply, Subject, json_position}
 /// Path of the instant-query endpoint, relative to `serverAddress`.
 pub const QUERY_PATH: &str = "/api/v1/query";
 
-/// Reads PromQL instant queries from one Prometheus server (spec §3).
+/// Reads PromQL instant queries from one Prometheus server (docs/providers.md#prometheus-provider).
 ///
 /// Cheap to clone; clones share the [`MetricsClient`] connection pool. Requests run
 /// concurrently; each is bounded by the endpoint's timeout (default 5 seconds).
@@ -35,27 +36,28 @@ impl PrometheusSource {
     }
 
     /// Runs `query` as an instant query (`GET {serverAddress}/api/v1/query?query=…`) and returns
-    /// its single value, following spec §3.
+    /// its single value, following docs/providers.md#prometheus-provider.
     ///
     /// A one-sample instant vector or a scalar gives its value.
     ///
     /// # Errors
-    /// - [`MetricError::Timeout`] after the endpoint's timeout (seconds), [`MetricError::Transport`]
-    ///   when the server cannot be reached;
+    /// - [`MetricError::Timeout`] after the endpoint's timeout (seconds),
+    ///   [`MetricError::Transport`] when the server cannot be reached;
     /// - [`MetricError::QueryFailed`] when Prometheus answers `status: "error"` (its
     ///   `errorType` only; the text goes to the debug log); [`MetricError::HttpStatus`] for any
     ///   other non-200, a 3xx included; [`MetricError::Decode`] for a body that is not
     ///   Prometheus API JSON or is over [`super::MAX_BODY_BYTES`];
     /// - [`MetricError::NoData`] for an empty vector; [`MetricError::MultipleSeries`] for more
-    ///   than one series (the count and the label names that differ); [`MetricError::NotMeasurable`] for NaN
-    ///   or ±Inf; [`MetricError::BadReply`] for a matrix or string result.
+    ///   than one series (the count and the label names that differ);
+    ///   [`MetricError::NotMeasurable`] for NaN or ±Inf; [`MetricError::BadReply`] for a matrix or string result.
     pub async fn query(&self, query: &str) -> Result<f64, MetricError> {
         let subject = Subject::Query(query.to_owned());
         let reply = self.fetch(query, &subject).await?;
         decode_single(&subject, &reply)
     }
 
-    /// Runs the `deletionCostQuery` (spec §5) and maps each sample's `pod` label to its value.
+    /// Runs the `deletionCostQuery` (docs/scale-down.md) and maps each sample's `pod` label to its
+    /// value.
     ///
     /// # Errors
     /// The transport, HTTP and decoding errors of [`PrometheusSource::query`];

@@ -1,4 +1,5 @@
-//! [`MetricSource`]: the source of one scaler, chosen by its `metricProvider` (spec §1), and its
+//! [`MetricSource`]: the source of one scaler, chosen by its `metricProvider` (docs/resource.md),
+//! and its
 //! [`Readings`] as the engine's [`Signal`].
 
 use std::collections::BTreeMap;
@@ -9,7 +10,8 @@ use tokio::task::JoinSet;
 use super::{DecisionSource, Endpoint, MetricError, MetricsClient, PrometheusSource};
 use crate::engine::Signal;
 
-/// The metric source of one scaler: Prometheus queries (spec §3) or a decision server (spec §4),
+/// The metric source of one scaler: Prometheus queries (docs/providers.md#prometheus-provider) or a
+/// decision server (docs/providers.md#custom-provider-decision-server),
 /// never both (no fallback from one to the other).
 #[derive(Clone, Debug)]
 pub enum MetricSource {

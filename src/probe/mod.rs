@@ -3,7 +3,7 @@
 //! scaling?").
 //!
 //! The per-metric ratio, the largest-wins rule and the clamp are the engine's
-//! ([`crate::engine::recommend`], [`crate::engine::Policy::clamp`], spec §2 steps 3–4);
+//! ([`crate::engine::recommend`], [`crate::engine::Policy::clamp`], docs/scaling.md steps 3–4);
 //! stabilization and the step cap need history and are not applied.
 
 pub mod explain;
@@ -168,7 +168,8 @@ impl ProbeReport {
 }
 
 /// Evaluates `spec`'s metrics (or its decision server) once, concurrently, over `client`, with
-/// `ready` as the ratio's baseline, and clamps the result (spec §2 steps 3–4, §3, §4).
+/// `ready` as the ratio's baseline, and clamps the result (docs/scaling.md steps 3–4,
+/// docs/providers.md).
 ///
 /// # Errors
 /// [`MetricError::InvalidAddress`] / [`MetricError::InvalidHeader`] when `serverAddress` or

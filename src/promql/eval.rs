@@ -43,7 +43,7 @@ pub fn evaluate(query: &str, store: &Store, t_ms: i64) -> Result<Value, PromqlEr
 }
 
 /// Evaluates `query` at `t_ms` and returns its single value, as the operator reads a query
-/// (spec §3): a scalar or a one-sample vector.
+/// (docs/providers.md#prometheus-provider): a scalar or a one-sample vector.
 ///
 /// # Errors
 /// Those of [`evaluate`], and [`PromqlError::NotSingle`] for an empty vector, several series or

@@ -36,7 +36,8 @@ pub enum PromqlError {
     /// An evaluation error Prometheus would also return (e.g. duplicate series in a match).
     #[error("evaluation failed: {0}")]
     Eval(String),
-    /// The result is not one value (spec §3): empty vector, several series or a matrix.
+    /// The result is not one value (docs/providers.md#prometheus-provider): empty vector, several
+    /// series or a matrix.
     #[error("{0}")]
     NotSingle(String),
 }

@@ -1,4 +1,4 @@
-//! Pure admission handlers for `LLMScaler` (spec §8): no I/O, no panics, one response per
+//! Pure admission handlers for `LLMScaler` (docs/admission.md): no I/O, no panics, one response per
 //! request.
 //!
 //! Both handlers answer any request: a DELETE or CONNECT is allowed untouched, a status update
@@ -30,7 +30,7 @@ pub const REASON_BAD_REQUEST: &str = "BadRequest";
 /// `status.code` of such a denial (HTTP 400).
 pub const CODE_BAD_REQUEST: u16 = 400;
 
-/// Validating admission (spec §8) of a CREATE or UPDATE of an `LLMScaler`.
+/// Validating admission (docs/admission.md) of a CREATE or UPDATE of an `LLMScaler`.
 ///
 /// - Allowed: DELETE and CONNECT, status subresource updates, objects with a
 ///   `deletionTimestamp`, and valid specs. Valid specs get `warnings` from
@@ -73,7 +73,7 @@ pub fn validate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     response
 }
 
-/// Mutating admission (spec §8): writes every default of
+/// Mutating admission (docs/admission.md): writes every default of
 /// [`llmscaler_api::apply_defaults`] into a CREATE or UPDATE of an `LLMScaler`, as a JSON patch
 /// (RFC 6902) made only of `add` operations under `/spec`. A missing parent is added whole with
 /// its defaulted children (`/spec/scaleDown` with `stabilizationWindowSeconds`,

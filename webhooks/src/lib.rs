@@ -1,5 +1,5 @@
 //! `llmscaler-webhooks`: the validating and mutating admission webhook for `LLMScaler`
-//! (spec §8, issue 5), and the HTTPS server that carries it.
+//! (docs/admission.md, issue 5), and the HTTPS server that carries it.
 //!
 //! - [`admission`]: pure handlers, [`admission::validate`] and [`admission::mutate`], from an
 //!   `AdmissionRequest` to an `AdmissionResponse`, over the shared rules of `llmscaler-api`

@@ -149,7 +149,8 @@ pub fn tls_config(resolver: Arc<CertResolver>) -> Result<ServerConfig, Error> {
 }
 
 /// The routes: `POST /validate`, `POST /mutate`, `GET /healthz`. Bodies are read up to
-/// [`MAX_BODY_BYTES`] (413 beyond, after draining up to [`MAX_DRAIN_BYTES`]); every error is a JSON `Status` (see [`crate::review`]).
+/// [`MAX_BODY_BYTES`] (413 beyond, after draining up to [`MAX_DRAIN_BYTES`]); every error is a JSON
+/// `Status` (see [`crate::review`]).
 pub fn router() -> Router {
     router_with(None)
 }
