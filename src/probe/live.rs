@@ -9,7 +9,7 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, ValidationErrors, apply_defaults, 
 use super::explain::{Explanation, TargetView, explain};
 use crate::controller::history::history_from_status;
 use crate::controller::target::{self, Resolver, TargetError};
-use crate::metrics::{MetricError, MetricSource, MetricsClient};
+use crate::metrics::{MetricError, MetricSource, MetricsClient, Readings};
 
 /// Why the live probe could not explain the scaler.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,7 @@ pub async fn explain_live(
     name: &str,
     namespace: &str,
     metrics_client: &MetricsClient,
+    proxy: ProxyMode,
 ) -> Result<(LLMScalerSpec, Explanation), LiveError> {
     let client = kube::Client::try_default()
         .await
@@ -66,9 +67,14 @@ pub async fn explain_live(
     let resolver = Resolver::default();
     let resource = resolver.resolve(&client, &spec.target_ref).await?;
     let state = target::read(&client, &resource, namespace, &spec.target_ref).await?;
-    let readings = MetricSource::from_spec(metrics_client, &spec)?
+    let mut readings = MetricSource::from_spec(metrics_client, &spec)?
         .read(&spec)
         .await;
+    if let Some(service) = in_cluster_service(&spec.server_address, namespace)
+        && proxy.wanted(&readings)
+    {
+        readings = read_through_proxy(&client, &service, &spec).await;
+    }
     // The history as persisted (the leader may hold a newer copy in memory, refreshed into status
     // at least every refresh interval).
     let history = history_from_status(scaler.status.as_ref(), 0);
@@ -85,4 +91,163 @@ pub async fn explain_live(
         Timestamp::now(),
     );
     Ok((spec, explanation))
+}
+
+/// When to read Prometheus through the API server's service proxy.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// When `serverAddress` names an in-cluster Service and it could not be reached directly
+    /// (timeout or transport error on every metric).
+    #[default]
+    Auto,
+    /// Always, when `serverAddress` names an in-cluster Service.
+    Always,
+    /// Never.
+    Never,
+}
+
+impl ProxyMode {
+    fn wanted(self, readings: &Readings) -> bool {
+        match self {
+            ProxyMode::Always => true,
+            ProxyMode::Never => false,
+            ProxyMode::Auto => match readings {
+                Readings::Metrics(values) => {
+                    !values.is_empty()
+                        && values.iter().all(|v| {
+                            matches!(
+                                v,
+                                Err(MetricError::Transport { .. } | MetricError::Timeout { .. })
+                            )
+                        })
+                }
+                Readings::Decision(_) => false,
+            },
+        }
+    }
+}
+
+/// A Service that `serverAddress` names: `scheme`, `name`, `namespace`, `port`, and the path
+/// prefix under it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceRef {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// The Service's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// The port, as written or the scheme's default.
+    pub port: u16,
+    /// The base path of `serverAddress` (without a trailing `/`).
+    pub path: String,
+}
+
+impl ServiceRef {
+    /// The API server path that proxies `{path}/api/v1/query?query=...` to the Service.
+    pub fn query_path(&self, query: &str) -> String {
+        let encoded: String = url::form_urlencoded::byte_serialize(query.as_bytes()).collect();
+        format!(
+            "/api/v1/namespaces/{}/services/{}:{}:{}/proxy{}/api/v1/query?query={encoded}",
+            self.namespace, self.scheme, self.name, self.port, self.path
+        )
+    }
+}
+
+/// The Service `address` names when it is cluster-internal: `name`, `name.ns`, `name.ns.svc`
+/// or `name.ns.svc.cluster.local` (a bare `name` is in `scaler_namespace`). `None` for IPs and
+/// other hosts.
+pub fn in_cluster_service(address: &str, scaler_namespace: &str) -> Option<ServiceRef> {
+    let url = url::Url::parse(address).ok()?;
+    let host = url.host_str()?;
+    if host.parse::<std::net::IpAddr>().is_ok() || host == "localhost" {
+        return None;
+    }
+    let labels: Vec<&str> = host.split('.').collect();
+    let (name, namespace) = match labels.as_slice() {
+        [name] => (*name, scaler_namespace),
+        [name, ns] | [name, ns, "svc"] | [name, ns, "svc", "cluster", "local"] => (*name, *ns),
+        _ => return None,
+    };
+    Some(ServiceRef {
+        scheme: url.scheme().to_owned(),
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+        port: url.port_or_known_default()?,
+        path: url.path().trim_end_matches('/').to_owned(),
+    })
+}
+
+/// Every metric of `spec` read through the API server's service proxy (the probe user's own
+/// rights: `get` on `services/proxy` in the Service's namespace).
+async fn read_through_proxy(
+    client: &kube::Client,
+    service: &ServiceRef,
+    spec: &LLMScalerSpec,
+) -> Readings {
+    let mut values = Vec::new();
+    for metric in spec.metrics() {
+        let request = http::Request::get(service.query_path(&metric.query)).body(Vec::new());
+        let value = match request {
+            Ok(request) => match client.request_text(request).await {
+                Ok(body) => crate::metrics::decode_instant_body(&metric.query, body.as_bytes()),
+                Err(err) => Err(MetricError::BadReply {
+                    subject: crate::metrics::Subject::Query(metric.query.clone()),
+                    reason: format!("through the API server's service proxy: {err}"),
+                }),
+            },
+            Err(err) => Err(MetricError::BadReply {
+                subject: crate::metrics::Subject::Query(metric.query.clone()),
+                reason: format!("cannot build the proxy request: {err}"),
+            }),
+        };
+        values.push(value);
+    }
+    Readings::Metrics(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_cluster_addresses_map_to_the_service_proxy() {
+        let svc = in_cluster_service("http://prometheus.monitoring.svc:9090", "inference")
+            .expect("a Service");
+        assert_eq!(
+            svc.query_path("avg(vllm:num_requests_waiting)"),
+            "/api/v1/namespaces/monitoring/services/http:prometheus:9090/proxy/api/v1/query?query=avg%28vllm%3Anum_requests_waiting%29"
+        );
+        let bare = in_cluster_service("https://prom/", "inference").expect("a Service");
+        assert_eq!((bare.namespace.as_str(), bare.port), ("inference", 443));
+        let long = in_cluster_service("http://thanos.obs.svc.cluster.local:10902/prefix", "x")
+            .expect("a Service");
+        assert_eq!(
+            (long.name.as_str(), long.path.as_str()),
+            ("thanos", "/prefix")
+        );
+        assert_eq!(in_cluster_service("http://10.0.0.5:9090", "x"), None);
+        assert_eq!(in_cluster_service("http://127.0.0.1:9090", "x"), None);
+        assert_eq!(
+            in_cluster_service("https://prometheus.example.com", "x"),
+            None
+        );
+    }
+
+    #[test]
+    fn auto_goes_through_the_proxy_only_when_nothing_was_reachable() {
+        let unreachable = |q: &str| {
+            Err(MetricError::Transport {
+                server: "http://prometheus.monitoring.svc:9090".into(),
+                subject: crate::metrics::Subject::Query(q.into()),
+                reason: "dns error".into(),
+            })
+        };
+        let all_down = Readings::Metrics(vec![unreachable("a"), unreachable("b")]);
+        assert!(ProxyMode::Auto.wanted(&all_down));
+        assert!(!ProxyMode::Never.wanted(&all_down));
+        let one_up = Readings::Metrics(vec![unreachable("a"), Ok(1.0)]);
+        assert!(!ProxyMode::Auto.wanted(&one_up));
+        assert!(ProxyMode::Always.wanted(&one_up));
+    }
 }

@@ -66,6 +66,10 @@ pub struct ProbeArgs {
     /// The namespace of `--name`.
     #[arg(short = 'n', long, default_value = "default", requires = "name")]
     pub namespace: String,
+    /// With `--name`: read Prometheus through the API server's service proxy when
+    /// `serverAddress` is an in-cluster Service (`auto`: when it is not reachable directly).
+    #[arg(long, value_enum, default_value_t = live::ProxyMode::Auto, requires = "name")]
+    pub via_service_proxy: live::ProxyMode,
     /// Ready replicas to assume (the ratio's baseline); default `minReplicas`.
     #[arg(long)]
     pub ready: Option<u32>,
@@ -275,7 +279,12 @@ fn run_live(args: &ProbeArgs) -> ExitCode {
         Ok(both) => both,
         Err(code) => return code,
     };
-    match runtime.block_on(live::explain_live(name, &args.namespace, &client)) {
+    match runtime.block_on(live::explain_live(
+        name,
+        &args.namespace,
+        &client,
+        args.via_service_proxy,
+    )) {
         Ok((_, explanation)) => {
             print!("LLMScaler {}/{name}\n{}", args.namespace, explanation.text);
             ExitCode::from(exit_status(explanation.held, explanation.skipped))
