@@ -16,6 +16,8 @@
 
 use std::process::ExitCode;
 
+use crate::process::fail;
+
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use llmscaler_api::names::{FIELD_MANAGER, PAUSED_ANNOTATION, POD_DELETION_COST};
 use llmscaler_api::{LLMScaler, ScalerMode, TargetRef};
@@ -343,11 +345,6 @@ pub fn run(args: &ReleaseArgs) -> ExitCode {
         }
         Err(err) => fail(EXIT_FAILURE, &err.to_string()),
     }
-}
-
-fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(code)
 }
 
 #[cfg(test)]

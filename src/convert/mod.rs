@@ -13,6 +13,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::process::fail;
+
 use llmscaler_api::{FieldError, LLMScaler, LLMScalerSpec, apply_defaults, validate_spec};
 use serde::Deserialize;
 use serde_json::Value;
@@ -327,11 +329,6 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         }
         Err(err) => fail(EXIT_FAILURE, &format!("cannot render YAML: {err}")),
     }
-}
-
-fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(code)
 }
 
 /// A spec with the required fields and nothing else set (the one place to extend when the

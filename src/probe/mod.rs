@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::process::fail;
+
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 use serde::Serialize;
 
@@ -300,11 +302,6 @@ fn runtime_and_client() -> Result<(tokio::runtime::Runtime, MetricsClient), Exit
         .map_err(|err| fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")))?;
     let client = MetricsClient::new().map_err(|err| fail(EXIT_FAILURE, &err.to_string()))?;
     Ok((runtime, client))
-}
-
-fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(code)
 }
 
 #[cfg(test)]

@@ -264,6 +264,21 @@ fn the_history_comes_back_from_status_shifted_later() {
     }
 }
 
+/// One sync of `scaler` at t = 1 s with fresh memory, its target at `replicas` owned by
+/// llmscaler, the metric at `value`, the activation waking or not.
+fn once(scaler: &LLMScaler, replicas: i32, value: Option<f64>, wake: bool) -> Plan<String> {
+    decide(
+        scaler,
+        &scaler.spec,
+        &target(replicas, &["llmscaler"]),
+        &signal(value),
+        wake,
+        &mut ScalerState::default(),
+        1_000,
+        PERIOD_MS,
+    )
+}
+
 #[test]
 fn without_a_window_old_records_are_dropped() {
     let mut scaler = scaler(None);
@@ -274,17 +289,7 @@ fn without_a_window_old_records_are_dropped() {
         }]),
         ..LLMScalerStatus::default()
     });
-    let spec = scaler.spec.clone();
-    let plan = decide(
-        &scaler,
-        &spec,
-        &target(6, &["llmscaler"]),
-        &signal(Some(0.0)),
-        false,
-        &mut ScalerState::default(),
-        1_000,
-        PERIOD_MS,
-    );
+    let plan = once(&scaler, 6, Some(0.0), false);
     assert!(plan.history.0.records().is_empty());
     assert_eq!(plan.decision.replicas, 1, "no window: straight down");
 }
@@ -309,41 +314,14 @@ fn the_activation_signal_wakes_a_fleet_at_zero_only() {
     assert!(!wakes(&spec, Some(&Err("timeout".to_owned()))));
     assert!(!wakes::<String>(&spec, None));
     // At zero with every per-pod metric empty (no pods, no series): woken to 1.
-    let plan = decide(
-        &scaler,
-        &spec,
-        &target(0, &["llmscaler"]),
-        &signal(None),
-        true,
-        &mut ScalerState::default(),
-        1_000,
-        PERIOD_MS,
-    );
+    let plan = once(&scaler, 0, None, true);
     assert!(plan.woken);
     assert_eq!(plan.write.map(|w| (w.from, w.to)), Some((0, 1)));
     // Not woken: held at zero.
-    let plan = decide(
-        &scaler,
-        &spec,
-        &target(0, &["llmscaler"]),
-        &signal(None),
-        false,
-        &mut ScalerState::default(),
-        1_000,
-        PERIOD_MS,
-    );
+    let plan = once(&scaler, 0, None, false);
     assert_eq!(plan.decision.replicas, 0);
     // Above zero the activation does nothing (the metrics decide).
-    let plan = decide(
-        &scaler,
-        &spec,
-        &target(2, &["llmscaler"]),
-        &signal(Some(0.0)),
-        true,
-        &mut ScalerState::default(),
-        1_000,
-        PERIOD_MS,
-    );
+    let plan = once(&scaler, 2, Some(0.0), true);
     assert!(!plan.woken);
     assert_eq!(plan.decision.replicas, 0, "the metrics scale 2 -> 0");
 }
