@@ -207,7 +207,8 @@ fn percent_scaler(namespace: &str, name: &str, target: &str) -> Value {
         "kind": "LLMScaler",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "absent"},
+            // One target per scaler: admission refuses a second LLMScaler on a workload.
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": format!("absent-{name}")},
             "serverAddress": "http://prometheus.monitoring:9090",
             "minReplicas": 1,
             "maxReplicas": 4,
@@ -450,7 +451,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
     .await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
     let leader = wait_for("a lease holder", Duration::from_secs(60), || {
-        let leases = leases.clone();
+        let (leases, fullname) = (leases.clone(), fullname.clone());
         async move {
             Ok(lease_holder(&leases, &fullname)
                 .await?
@@ -474,7 +475,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
         "another pod to take the lease",
         Duration::from_secs(30),
         || {
-            let (leases, old) = (leases.clone(), leader.clone());
+            let (leases, old, fullname) = (leases.clone(), leader.clone(), fullname.clone());
             async move {
                 Ok(match lease_holder(&leases, &fullname).await? {
                     Some(h) if h != old => Check::Done(h),

@@ -80,7 +80,8 @@ fn scaler(namespace: &str, name: &str, target: &str) -> Value {
         "kind": "LLMScaler",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+            // One target per scaler: admission refuses a second LLMScaler on a workload.
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": format!("vllm-{name}")},
             "serverAddress": "http://prometheus.monitoring:9090",
             "minReplicas": 1,
             "maxReplicas": 4,
