@@ -463,3 +463,47 @@ pub fn reconcile_count(metrics: &str) -> u64 {
         .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .unwrap_or(0)
 }
+
+/// A Helm chart of one Deployment `vllm` (kwok pods) rendering `replicas` and an annotation
+/// `revision` from its values, as an app team's chart would: the GitOps and `release` tests
+/// install and upgrade it next to the operator.
+const WORKLOAD_CHART: &str = "apiVersion: v2\nname: inference\nversion: 0.1.0\n";
+
+const WORKLOAD_TEMPLATE: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vllm
+  annotations:
+    revision: {{ .Values.revision | quote }}
+spec:
+  replicas: {{ .Values.replicas }}
+  selector:
+    matchLabels: {app: vllm}
+  template:
+    metadata:
+      labels: {app: vllm}
+    spec:
+      containers: [{name: vllm, image: "registry.invalid/vllm:fake"}]
+      tolerations: [{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]
+"#;
+
+/// Writes the app team's workload chart (a Deployment `vllm` whose `replicas` comes from the
+/// values) into a new temporary directory, returned with the chart's path.
+///
+/// # Errors
+/// File-system errors.
+pub fn workload_chart() -> anyhow::Result<(tempfile::TempDir, String)> {
+    let chart = tempfile::tempdir()?;
+    std::fs::create_dir_all(chart.path().join("templates"))?;
+    std::fs::write(chart.path().join("Chart.yaml"), WORKLOAD_CHART)?;
+    std::fs::write(
+        chart.path().join("templates/deployment.yaml"),
+        WORKLOAD_TEMPLATE,
+    )?;
+    let path = chart
+        .path()
+        .to_str()
+        .context("temporary directory path is not UTF-8")?
+        .to_owned();
+    Ok((chart, path))
+}

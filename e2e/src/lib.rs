@@ -167,3 +167,52 @@ impl Drop for TestNamespace {
             .status();
     }
 }
+
+/// What one run of the pinned `kubectl` printed.
+#[derive(Debug)]
+pub struct KubectlRun {
+    /// Whether kubectl exited 0.
+    pub success: bool,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error (warnings from admission arrive here too).
+    pub stderr: String,
+}
+
+/// Runs the pinned `kubectl` with `args`, `stdin` piped in; kubectl's own failure is in the
+/// result, not an error.
+///
+/// # Errors
+/// When kubectl cannot be started or its input written.
+pub fn run_kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<KubectlRun> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(kubectl_path())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting kubectl")?;
+    if let (Some(mut input), Some(text)) = (child.stdin.take(), stdin) {
+        input.write_all(text.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    Ok(KubectlRun {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// `kubectl apply -f -` of `manifest`: `Ok(stdout)` or `Err(stderr)`.
+///
+/// # Errors
+/// When kubectl cannot be started.
+pub fn kubectl_apply(manifest: &serde_json::Value) -> anyhow::Result<Result<String, String>> {
+    let run = run_kubectl(&["apply", "-f", "-"], Some(&manifest.to_string()))?;
+    Ok(if run.success {
+        Ok(run.stdout)
+    } else {
+        Err(run.stderr)
+    })
+}

@@ -87,42 +87,12 @@ async fn a_gitops_applier_without_replicas_never_flips_the_fleet() -> anyhow::Re
     world.finish().await
 }
 
-const WORKLOAD_CHART: &str = r#"apiVersion: v2
-name: inference
-version: 0.1.0
-"#;
-
-const WORKLOAD_TEMPLATE: &str = r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: vllm
-  annotations:
-    revision: {{ .Values.revision | quote }}
-spec:
-  replicas: {{ .Values.replicas }}
-  selector:
-    matchLabels: {app: vllm}
-  template:
-    metadata:
-      labels: {app: vllm}
-    spec:
-      containers: [{name: vllm, image: "registry.invalid/vllm:fake"}]
-      tolerations: [{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]
-"#;
-
 #[tokio::test]
 #[ignore = "needs e2e/cluster up"]
 async fn helm_upgrade_with_replicas_reports_the_conflict_and_the_operator_value_stays()
 -> anyhow::Result<()> {
     let mut world = World::new("gitops-helm").await?;
-    let chart = tempfile::tempdir()?;
-    std::fs::create_dir_all(chart.path().join("templates"))?;
-    std::fs::write(chart.path().join("Chart.yaml"), WORKLOAD_CHART)?;
-    std::fs::write(
-        chart.path().join("templates/deployment.yaml"),
-        WORKLOAD_TEMPLATE,
-    )?;
-    let chart_path = chart.path().to_str().unwrap_or_default().to_string();
+    let (_chart, chart_path) = llmscaler_e2e::fixture::workload_chart()?;
     let ns = world.namespace().to_string();
     let helm = |args: &[&str]| {
         let mut all = args.to_vec();

@@ -31,7 +31,9 @@ use llmscaler_e2e::fixture::{
 };
 use llmscaler_e2e::operator::{chart_dir, run_command};
 use llmscaler_e2e::prometheus::Prometheus;
-use llmscaler_e2e::{Check, TestNamespace, client, helm_path, kubectl_path, unique_name, wait_for};
+use llmscaler_e2e::{
+    Check, TestNamespace, client, helm_path, kubectl_apply, kubectl_path, unique_name, wait_for,
+};
 use serde_json::{Value, json};
 
 const REAL_NODE: &str = "llmscaler-real-node";
@@ -178,27 +180,6 @@ fn process_identity(pid: u32) -> anyhow::Result<(u32, bool)> {
         .context("no root mount")?;
     let options = root.split(' ').nth(5).unwrap_or_default();
     Ok((uid, options.split(',').any(|o| o == "ro")))
-}
-
-/// `kubectl apply -f -`: `Ok(stdout)` or `Err(stderr)`.
-fn kubectl_apply(manifest: &Value) -> anyhow::Result<Result<String, String>> {
-    use std::io::Write;
-    let mut child = std::process::Command::new(kubectl_path())
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting kubectl")?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(manifest.to_string().as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    Ok(if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    })
 }
 
 fn percent_scaler(namespace: &str, name: &str, target: &str) -> Value {

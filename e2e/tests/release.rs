@@ -20,26 +20,6 @@ const FIELD_MANAGER: &str = "llmscaler";
 const PAUSED_ANNOTATION: &str = "autoscaling.modelsphere.dev/paused";
 const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
-const WORKLOAD_CHART: &str = "apiVersion: v2\nname: inference\nversion: 0.1.0\n";
-
-const WORKLOAD_TEMPLATE: &str = r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: vllm
-  annotations:
-    revision: {{ .Values.revision | quote }}
-spec:
-  replicas: {{ .Values.replicas }}
-  selector:
-    matchLabels: {app: vllm}
-  template:
-    metadata:
-      labels: {app: vllm}
-    spec:
-      containers: [{name: vllm, image: "registry.invalid/vllm:fake"}]
-      tolerations: [{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]
-"#;
-
 /// Whether `manager` owns `spec.replicas` in `managedFields` (JSON).
 fn owns_replicas(managed_fields: &serde_json::Value, manager: &str) -> bool {
     managed_fields
@@ -96,14 +76,7 @@ async fn release_hands_replicas_and_marks_back_and_helm_then_applies_without_con
 -> anyhow::Result<()> {
     let mut world = World::new("release").await?;
     let ns = world.namespace().to_string();
-    let chart = tempfile::tempdir()?;
-    std::fs::create_dir_all(chart.path().join("templates"))?;
-    std::fs::write(chart.path().join("Chart.yaml"), WORKLOAD_CHART)?;
-    std::fs::write(
-        chart.path().join("templates/deployment.yaml"),
-        WORKLOAD_TEMPLATE,
-    )?;
-    let chart_path = chart.path().to_str().unwrap_or_default().to_string();
+    let (_chart, chart_path) = llmscaler_e2e::fixture::workload_chart()?;
     let helm = |args: &[&str]| {
         let mut all = args.to_vec();
         all.extend(["--namespace", &ns]);

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use llmscaler_e2e::fixture::install_crd;
 use llmscaler_e2e::operator::Rbac;
-use llmscaler_e2e::{Check, TestNamespace, client, kubectl_path, unique_name, wait_for};
+use llmscaler_e2e::{Check, TestNamespace, client, unique_name, wait_for};
 use llmscaler_webhooks::managed::{self, ManagedArgs};
 use llmscaler_webhooks::server;
 use serde_json::{Value, json};
@@ -25,24 +25,11 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs kubectl with `args` (and `stdin`); `Ok(stdout)` on success, `Err(stderr + stdout)`.
 fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<Result<String, String>> {
-    use std::io::Write;
-    let mut child = std::process::Command::new(kubectl_path())
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting kubectl")?;
-    if let (Some(mut input), Some(text)) = (child.stdin.take(), stdin) {
-        input.write_all(text.as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    Ok(if out.status.success() {
-        Ok(stdout)
+    let run = llmscaler_e2e::run_kubectl(args, stdin)?;
+    Ok(if run.success {
+        Ok(run.stdout)
     } else {
-        Err(format!("{stderr}{stdout}"))
+        Err(format!("{}{}", run.stderr, run.stdout))
     })
 }
 
@@ -335,21 +322,9 @@ async fn a_user_who_may_not_scale_the_target_cannot_point_a_scaler_at_it() -> an
         .map_err(|e| anyhow::anyhow!("hpa: {e}"))?;
     let mut third = scaler(&namespace, "other");
     third["metadata"]["name"] = json!("third");
-    let output = std::process::Command::new(kubectl_path())
-        .args(["create", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            if let Some(mut input) = child.stdin.take() {
-                input.write_all(third.to_string().as_bytes())?;
-            }
-            child.wait_with_output()
-        })?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    ensure!(output.status.success(), "third scaler: {stderr}");
+    let created = llmscaler_e2e::run_kubectl(&["create", "-f", "-"], Some(&third.to_string()))?;
+    let stderr = created.stderr;
+    ensure!(created.success, "third scaler: {stderr}");
     ensure!(
         stderr.contains("Warning:") && stderr.contains("HorizontalPodAutoscaler \"legacy\""),
         "no warning about the HPA: {stderr}"

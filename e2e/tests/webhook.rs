@@ -18,7 +18,9 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use llmscaler_certs::CertConfig;
 use llmscaler_e2e::fixture::install_crd;
-use llmscaler_e2e::{Check, TestNamespace, client, kubectl_path, unique_name, wait_for};
+use llmscaler_e2e::{
+    Check, TestNamespace, client, kubectl_apply, kubectl_path, unique_name, wait_for,
+};
 use llmscaler_webhooks::managed::{self, ManagedArgs};
 use llmscaler_webhooks::server;
 use serde_json::{Value, json};
@@ -87,29 +89,6 @@ fn scaler(namespace: &str, name: &str, target: &str) -> Value {
             "maxReplicas": 4,
             "metrics": [{"query": "avg(vllm:num_requests_waiting)", "target": target}],
         }
-    })
-}
-
-/// `kubectl apply -f -`: `Ok(stdout)` or `Err(stderr)`.
-fn kubectl_apply(manifest: &Value) -> anyhow::Result<Result<String, String>> {
-    use std::io::Write;
-    let mut child = std::process::Command::new(kubectl_path())
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting kubectl")?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(manifest.to_string().as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    Ok(if out.status.success() {
-        Ok(stdout)
-    } else {
-        Err(stderr)
     })
 }
 

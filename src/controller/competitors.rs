@@ -19,24 +19,8 @@ pub fn competitor(
     namespace: &str,
     target: &TargetRef,
 ) -> Option<String> {
-    let group = |api_version: &str| {
-        api_version
-            .rsplit_once('/')
-            .map_or("", |(g, _)| g)
-            .to_owned()
-    };
-    let target_group = group(&target.api_version);
-    let mut found: Vec<String> = hpas
-        .iter()
-        .filter(|hpa| hpa.namespace().as_deref() == Some(namespace))
-        .filter(|hpa| {
-            hpa.spec.as_ref().is_some_and(|spec| {
-                let r = &spec.scale_target_ref;
-                r.kind == target.kind
-                    && r.name == target.name
-                    && group(r.api_version.as_deref().unwrap_or_default()) == target_group
-            })
-        })
+    hpas.iter()
+        .filter(|hpa| scales(hpa, namespace, target))
         .map(|hpa| {
             let keda = hpa
                 .owner_references()
@@ -51,9 +35,24 @@ pub fn competitor(
                 None => format!("HorizontalPodAutoscaler {}", hpa.name_any()),
             }
         })
-        .collect();
-    found.sort();
-    found.into_iter().next()
+        .min()
+}
+
+/// Whether `hpa` scales `target` in `namespace` (kind, name and API group of `scaleTargetRef`).
+fn scales(hpa: &HorizontalPodAutoscaler, namespace: &str, target: &TargetRef) -> bool {
+    let group = |api_version: &str| {
+        api_version
+            .rsplit_once('/')
+            .map_or("", |(g, _)| g)
+            .to_owned()
+    };
+    hpa.namespace().as_deref() == Some(namespace)
+        && hpa.spec.as_ref().is_some_and(|spec| {
+            let r = &spec.scale_target_ref;
+            r.kind == target.kind
+                && r.name == target.name
+                && group(r.api_version.as_deref().unwrap_or_default()) == group(&target.api_version)
+        })
 }
 
 /// The competitor of `scaler` from the shared caches (empty until their watches have listed):
@@ -63,9 +62,23 @@ pub fn from_stores(
     scalers: &Store<LLMScaler>,
     scaler: &LLMScaler,
 ) -> Option<String> {
+    // Only the matching objects are taken out of the caches: a sync does not copy every HPA
+    // and every scaler of the cluster.
     let namespace = scaler.namespace().unwrap_or_default();
-    competitor(&hpas.state(), &namespace, &scaler.spec.target_ref)
-        .or_else(|| older_scaler(&scalers.state(), scaler))
+    let target = &scaler.spec.target_ref;
+    competitor(
+        &hpas.state_filter(|hpa| scales(hpa, &namespace, target)),
+        &namespace,
+        target,
+    )
+    .or_else(|| {
+        let siblings = scalers.state_filter(|other| {
+            other.namespace() == scaler.namespace()
+                && other.spec.target_ref.kind == target.kind
+                && other.spec.target_ref.name == target.name
+        });
+        older_scaler(&siblings, scaler)
+    })
 }
 
 /// The LLMScaler that owns `scaler`'s target when two point at it: the oldest (creation time,
