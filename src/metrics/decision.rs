@@ -322,6 +322,31 @@ impl<'de> Visitor<'de> for &mut Top<'_, '_> {
     }
 }
 
+/// The visits of a JSON scalar where a list or an object was expected: the value is the kind
+/// found (`a string`, `a number`, `a boolean`, `null`), for the error message.
+macro_rules! scalar_kinds {
+    () => {
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Some("a string"))
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Some("a number"))
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Some("a number"))
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Some("a number"))
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Some("a boolean"))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Some("null"))
+        }
+    };
+}
+
 /// Streams `decisions` when it is a list, else consumes it and returns its kind.
 struct Probe<'m, 's>(&'m mut Matches<'s>);
 
@@ -347,24 +372,7 @@ impl<'de> Visitor<'de> for Probe<'_, '_> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(Some("an object"))
     }
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Some("a string"))
-    }
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Some("a number"))
-    }
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Some("a number"))
-    }
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Some("a number"))
-    }
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Some("a boolean"))
-    }
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Some("null"))
-    }
+    scalar_kinds!();
 }
 
 /// The top level when it is not an object: its kind.
@@ -382,24 +390,7 @@ impl<'de> Visitor<'de> for TopKind<'_, '_, '_> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(Some("a list"))
     }
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Some("a string"))
-    }
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Some("a number"))
-    }
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Some("a number"))
-    }
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Some("a number"))
-    }
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Some("a boolean"))
-    }
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Some("null"))
-    }
+    scalar_kinds!();
 }
 
 /// Decodes a decision-server reply for `subject`
