@@ -99,6 +99,10 @@ struct SimulateArgs {
     /// `--requests`: seconds the run goes on after the last arrival.
     #[arg(long, default_value_t = 120.0)]
     tail_seconds: f64,
+    /// `--requests`: seconds a deleted pod keeps serving what it holds before the rest is
+    /// dropped (0: killed at once, as vLLM's default `--shutdown-timeout=0` does on SIGTERM).
+    #[arg(long, default_value_t = 0.0)]
+    termination_grace_seconds: f64,
 }
 
 /// Exit status for an invalid spec or malformed input.
@@ -206,6 +210,9 @@ fn run_requests(
     if !(args.tail_seconds.is_finite() && args.tail_seconds >= 0.0) {
         return fail(EXIT_INVALID, "--tail-seconds must be 0 or more");
     }
+    if !(args.termination_grace_seconds.is_finite() && args.termination_grace_seconds >= 0.0) {
+        return fail(EXIT_INVALID, "--termination-grace-seconds must be 0 or more");
+    }
     let compare = match simulate::compare::Comparator::parse_list(&args.compare) {
         Ok(c) => c,
         Err(err) => return fail(EXIT_INVALID, &err),
@@ -230,6 +237,7 @@ fn run_requests(
         initial_replicas,
         compare,
         tail_seconds: args.tail_seconds,
+        termination_grace_seconds: args.termination_grace_seconds,
     };
     let report = match simulate::compare::run(scaler, &requests, &options, args.scale, args.seed) {
         Ok(r) => r,

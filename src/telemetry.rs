@@ -57,7 +57,7 @@ pub struct WriteLabels {
     pub namespace: String,
     /// The LLMScaler's name.
     pub name: String,
-    /// `replicas`, `status` or `deletion_cost`.
+    /// `replicas`, `status`, `deletion_cost` or `rotation`.
     pub kind: String,
 }
 
@@ -279,7 +279,7 @@ impl Metrics {
             .or_default());
     }
 
-    /// Counts one write of `kind` (`replicas`, `status`, `deletion_cost`).
+    /// Counts one write of `kind` (`replicas`, `status`, `deletion_cost`, `rotation`).
     pub fn count_write(&self, namespace: &str, name: &str, kind: &str) {
         self.note(namespace, name, |c| {
             c.writes.insert(kind.to_owned());

@@ -135,3 +135,51 @@ fn an_unknown_comparator_is_refused() {
     assert_eq!(code, 2, "stderr: {stderr}");
     assert!(stderr.contains("unknown comparator \"vpa\""), "{stderr}");
 }
+
+/// The replay variant `bench/variants/drain.yaml` (docs/examples/vllm.yaml plus
+/// `scaleDown.drain`) and the same scaler without the drain: deleted pods lose what they hold at
+/// once (`--termination-grace-seconds 0`, vLLM's default on SIGTERM), so the plain scale-down
+/// drops requests and the drained one drops none.
+#[test]
+fn the_drain_variant_drops_nothing_where_the_plain_scale_down_drops_requests() {
+    let variant = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/variants/drain.yaml"),
+    )
+    .expect("the drain variant");
+    let plain: String = {
+        let cut = variant.find("    # Take the pods to remove").expect("the drain block");
+        variant[..cut].to_owned()
+    };
+    assert!(!plain.contains("drain:") && variant.contains("drainSeconds"));
+    let args = ["--scale", "0.5", "--seed", "3"];
+    let (code, _, stderr, plain_report) = run(&plain, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (code, _, stderr, drained_report) = run(&variant, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let figure = |r: &Option<serde_json::Value>, key: &str| {
+        r.as_ref().expect("report written")["policies"]["llmscaler"][key]
+            .as_f64()
+            .expect("a number")
+    };
+    assert_eq!(
+        r_grace(&plain_report),
+        0.0,
+        "the default termination grace is 0"
+    );
+    assert!(
+        figure(&plain_report, "scale_events") > 0.0,
+        "the fleet scales"
+    );
+    assert!(
+        figure(&plain_report, "requests_dropped") > 0.0,
+        "a plain scale-down kills what the deleted pods hold"
+    );
+    assert_eq!(figure(&drained_report, "requests_dropped"), 0.0);
+    assert!(figure(&drained_report, "scale_events") > 0.0);
+}
+
+fn r_grace(report: &Option<serde_json::Value>) -> f64 {
+    report.as_ref().expect("report")["termination_grace_seconds"]
+        .as_f64()
+        .expect("a number")
+}

@@ -15,7 +15,8 @@ pub const DECISIONS_PATH: &str = "/decisions";
 /// Fills every default of docs/admission.md#defaults that is not set: `metricProvider: Prometheus`,
 /// `syncPeriodSeconds: 15`, `retryPeriodSeconds: 10`, `customProvider.path: /decisions` (when a
 /// `customProvider` is present), and `scaleDown` with `stabilizationWindowSeconds: 0`,
-/// `maxStepReplicas: 0`, `behavior: CacheAware`. Values already set are never changed.
+/// `maxStepReplicas: 0`, `behavior: CacheAware`, and `drain.drainSeconds: 120` when a `drain` is
+/// present. Values already set are never changed.
 pub fn apply_defaults(spec: &mut LLMScalerSpec) {
     spec.metric_provider
         .get_or_insert(MetricProvider::Prometheus);
@@ -33,6 +34,11 @@ pub fn apply_defaults(spec: &mut LLMScalerSpec) {
     scale_down
         .behavior
         .get_or_insert(ScaleDownBehavior::CacheAware);
+    if let Some(drain) = scale_down.drain.as_mut() {
+        drain
+            .drain_seconds
+            .get_or_insert(crate::types::DEFAULT_DRAIN_SECONDS);
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +104,7 @@ mod tests {
             max_step_replicas: Some(2),
             behavior: Some(ScaleDownBehavior::None),
             deletion_cost_query: None,
+            drain: None,
         });
         apply_defaults(&mut spec);
         assert_eq!(spec.metric_provider, Some(MetricProvider::Custom));

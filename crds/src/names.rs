@@ -38,6 +38,24 @@ pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost"
 /// (`docs/scale-down.md`).
 pub const NEWEST_FIRST_COST: i32 = -100;
 
+/// Pod label the workload's Service selects on for a drained scale-down
+/// (`docs/scale-down.md#drain`): the pod template sets it to [`ROTATION_IN`] and the Service's
+/// selector requires that value; the operator sets it to [`ROTATION_OUT`] on the pods it is
+/// about to remove, so the EndpointSlices drop them while they finish their requests. The
+/// Deployment's own `spec.selector` must not use it (changing it would orphan the pod).
+pub const ROTATION_LABEL: &str = "autoscaling.modelsphere.dev/rotation";
+
+/// [`ROTATION_LABEL`] value of a pod in the Service's rotation.
+pub const ROTATION_IN: &str = "in";
+
+/// [`ROTATION_LABEL`] value of a pod taken out of rotation by a drain.
+pub const ROTATION_OUT: &str = "out";
+
+/// Field manager under which the operator applies [`ROTATION_LABEL`] of pods: separate from
+/// [`FIELD_MANAGER`] so that applying the label and applying the deletion-cost annotation never
+/// remove each other's field (`docs/scale-down.md#drain`).
+pub const DRAIN_FIELD_MANAGER: &str = "llmscaler-drain";
+
 /// Annotation that pauses a scaler: while it is `"true"` the operator computes and reports but
 /// never writes the target or its pods (`docs/guards.md#pause-and-advisory`).
 pub const PAUSED_ANNOTATION: &str = "autoscaling.modelsphere.dev/paused";
@@ -117,6 +135,12 @@ names! {
         WriteFailed,
         /// The `deletionCostQuery` or the pod marking failed: the scale-down waits.
         DeletionCostFailed,
+        /// `scaleDown.drain`: the pods to remove are out of rotation, finishing their in-flight
+        /// requests; replicas are lowered when they reach 0 or `drainSeconds` passes.
+        Draining,
+        /// `scaleDown.drain`: listing or relabelling the pods, or reading their in-flight
+        /// requests, failed: the scale-down waits.
+        DrainFailed,
         /// Clamped up to `minReplicas`.
         TooFewReplicas,
         /// Clamped down to `maxReplicas`.
@@ -142,6 +166,10 @@ names! {
         ScaledDown,
         /// Event: replicas written again after another manager changed them.
         ReplicasReasserted,
+        /// Event: pods taken out of rotation before a scale-down (`scaleDown.drain`).
+        DrainStarted,
+        /// Event: load came back during a drain; the drained pods are back in rotation.
+        DrainCancelled,
     }
 }
 
@@ -150,7 +178,11 @@ impl Reason {
     pub const fn is_event_only(self) -> bool {
         matches!(
             self,
-            Reason::ScaledUp | Reason::ScaledDown | Reason::ReplicasReasserted
+            Reason::ScaledUp
+                | Reason::ScaledDown
+                | Reason::ReplicasReasserted
+                | Reason::DrainStarted
+                | Reason::DrainCancelled
         )
     }
 }

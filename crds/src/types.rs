@@ -273,6 +273,32 @@ pub struct ScaleDown {
     /// values are removed first. Without it the newest pods go first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_cost_query: Option<String>,
+    /// Opt-in drain before a scale-down (docs/scale-down.md#drain): the pods to remove are
+    /// first taken out of the Service's rotation (label `autoscaling.modelsphere.dev/rotation`
+    /// set to `out`), and replicas are lowered only once their in-flight requests reach 0 or
+    /// `drainSeconds` has passed. Deployments only; needs `behavior: CacheAware`. Unset: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
+}
+
+/// Drain before scale-down (docs/scale-down.md#drain). Present = on (`drain: {}` takes the
+/// defaults).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Drain {
+    /// Longest wait for the drained pods' in-flight requests to reach 0, seconds, 1 to 3600.
+    /// When it passes, replicas are lowered anyway. Default 120.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub drain_seconds: Option<i32>,
+    /// PromQL returning one series per pod (label `pod`) whose value is the pod's in-flight
+    /// requests (running + waiting). Default for vLLM:
+    /// `sum by (pod) (vllm:num_requests_running{namespace="<ns>"}) + sum by (pod)
+    /// (vllm:num_requests_waiting{namespace="<ns>"})`. Prometheus provider only; under
+    /// `Custom` the drain waits the full `drainSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 8192))]
+    pub in_flight_query: Option<String>,
 }
 
 /// Scale-up rate cap and tolerance (docs/guards.md#scale-up-policy).
@@ -442,6 +468,10 @@ pub struct LLMScalerStatus {
     /// since when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<PausedStatus>,
+    /// The scale-down drain in progress (`spec.scaleDown.drain`): the pods out of rotation and
+    /// since when. Unset when no drain is in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draining: Option<DrainingStatus>,
     /// `Ready`, `ScalingActive`, `AbleToScale`, `ScalingLimited`, `ReplicasContested`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
@@ -456,6 +486,20 @@ pub struct PausedStatus {
     pub by: String,
     /// Since when.
     pub since: Time,
+}
+
+/// A drain in progress (docs/scale-down.md#drain).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainingStatus {
+    /// The pods taken out of rotation, waiting for their in-flight requests to finish.
+    pub pods: Vec<String>,
+    /// When they were taken out (by this leadership term: a restart starts the wait again).
+    pub since: Time,
+    /// In-flight requests (running + waiting) on those pods at the last sync; unset when not
+    /// read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<i64>,
 }
 
 /// One entry of the stabilization window history.
@@ -515,6 +559,11 @@ impl LLMScalerSpec {
             .unwrap_or_default()
     }
 
+    /// The drain settings when `scaleDown.drain` is set (docs/scale-down.md#drain).
+    pub fn drain(&self) -> Option<&Drain> {
+        self.scale_down.as_ref().and_then(|s| s.drain.as_ref())
+    }
+
     /// The mode in force (`Active` when unset).
     pub fn effective_mode(&self) -> ScalerMode {
         self.mode.unwrap_or_default()
@@ -528,6 +577,16 @@ impl LLMScalerSpec {
     /// The metric list (empty when unset).
     pub fn metrics(&self) -> &[MetricSpec] {
         self.metrics.as_deref().unwrap_or_default()
+    }
+}
+
+/// `scaleDown.drain.drainSeconds` default, seconds (docs/scale-down.md#drain).
+pub const DEFAULT_DRAIN_SECONDS: i32 = 120;
+
+impl Drain {
+    /// The longest wait in seconds (default [`DEFAULT_DRAIN_SECONDS`]).
+    pub fn effective_drain_seconds(&self) -> i32 {
+        self.drain_seconds.unwrap_or(DEFAULT_DRAIN_SECONDS)
     }
 }
 

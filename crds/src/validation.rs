@@ -599,7 +599,60 @@ fn validate_scale_down(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
             "must not be empty when set (leave it out to remove the newest pods first)",
         ));
     }
+    if let Some(drain) = &scale_down.drain {
+        validate_drain(spec, drain, errors);
+    }
 }
+
+/// The kinds whose pods a drain can take out of rotation: the victims are chosen through
+/// `pod-deletion-cost`, which only the ReplicaSet of a Deployment honours
+/// (docs/scale-down.md#drain).
+const DRAIN_KINDS: &[(&str, &str)] = &[("apps", "Deployment")];
+
+fn validate_drain(spec: &LLMScalerSpec, drain: &crate::types::Drain, errors: &mut Vec<FieldError>) {
+    let target = &spec.target_ref;
+    let group = target
+        .api_version
+        .split_once('/')
+        .map_or("", |(group, _)| group);
+    if !DRAIN_KINDS
+        .iter()
+        .any(|(g, k)| *g == group && *k == target.kind)
+    {
+        errors.push(FieldError::new(
+            "spec.scaleDown.drain",
+            format!(
+                "drain needs a target whose pods a pod selector finds and whose scale-down honours                  pod-deletion-cost: an apps/v1 Deployment, not {} {}",
+                target.api_version, target.kind
+            ),
+        ));
+    }
+    if spec.scale_down.as_ref().and_then(|s| s.behavior) == Some(crate::types::ScaleDownBehavior::None) {
+        errors.push(FieldError::new(
+            "spec.scaleDown.drain",
+            "drain needs behavior: CacheAware (the drained pods must be the ones the ReplicaSet              deletes)",
+        ));
+    }
+    if let Some(seconds) = drain.drain_seconds
+        && !(1..=MAX_DRAIN_SECONDS).contains(&seconds)
+    {
+        errors.push(FieldError::new(
+            "spec.scaleDown.drain.drainSeconds",
+            format!("{seconds} must be between 1 and {MAX_DRAIN_SECONDS} seconds"),
+        ));
+    }
+    if let Some(query) = &drain.in_flight_query
+        && query.trim().is_empty()
+    {
+        errors.push(FieldError::new(
+            "spec.scaleDown.drain.inFlightQuery",
+            "must not be empty when set (leave it out for the vLLM default)",
+        ));
+    }
+}
+
+/// Longest `scaleDown.drain.drainSeconds` (one hour).
+pub const MAX_DRAIN_SECONDS: i32 = 3600;
 
 /// Deserializes a whole `LLMScaler` from YAML or JSON text, reporting type errors (a string
 /// where a number belongs, an unknown `metricProvider`) with their field path.
@@ -864,6 +917,7 @@ mod tests {
             max_step_replicas: Some(-2),
             behavior: None,
             deletion_cost_query: Some(String::new()),
+            drain: None,
         });
         assert_eq!(
             paths(&spec),
@@ -880,6 +934,44 @@ mod tests {
                 "spec.scaleDown.deletionCostQuery",
             ]
         );
+    }
+
+    #[test]
+    fn drain_needs_a_deployment_cache_aware_and_bounded_seconds() {
+        use crate::types::{Drain, ScaleDownBehavior};
+        let mut spec = valid();
+        spec.scale_down = Some(ScaleDown {
+            drain: Some(Drain::default()),
+            ..ScaleDown::default()
+        });
+        assert_eq!(paths(&spec), Vec::<String>::new());
+        spec.target_ref.api_version = "leaderworkerset.x-k8s.io/v1".into();
+        spec.target_ref.kind = "LeaderWorkerSet".into();
+        let errors = validate_spec(&spec);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "spec.scaleDown.drain");
+        assert!(errors[0].message.contains("apps/v1 Deployment, not leaderworkerset.x-k8s.io/v1 LeaderWorkerSet"));
+        let mut spec = valid();
+        spec.scale_down = Some(ScaleDown {
+            behavior: Some(ScaleDownBehavior::None),
+            drain: Some(Drain {
+                drain_seconds: Some(0),
+                in_flight_query: Some(" ".into()),
+            }),
+            ..ScaleDown::default()
+        });
+        assert_eq!(
+            paths(&spec),
+            vec![
+                "spec.scaleDown.drain",
+                "spec.scaleDown.drain.drainSeconds",
+                "spec.scaleDown.drain.inFlightQuery",
+            ]
+        );
+        if let Some(Some(drain)) = spec.scale_down.as_mut().map(|s| s.drain.as_mut()) {
+            drain.drain_seconds = Some(3601);
+        }
+        assert!(paths(&spec).contains(&"spec.scaleDown.drain.drainSeconds".to_string()));
     }
 
     #[test]

@@ -3,9 +3,15 @@
 //! (`llmscaler_loadmodel`), so that the operator scaling the workload changes the metrics it
 //! reads: the loop is closed through the API server.
 //!
-//! - Ready pods are listed from the API server (namespace + label selector) every
-//!   [`POD_POLL_INTERVAL`]; a pod is Ready when its `Ready` condition is `True` and it is not
-//!   being deleted. Each Ready pod is one replica of the model; a pod that goes away drains.
+//! - Pods are listed from the API server (namespace + label selector) every
+//!   [`POD_POLL_INTERVAL`]. Without `service`, every Ready pod (`Ready` condition `True`, not
+//!   being deleted) takes requests; a pod that goes away drains for the model's `drain_s`.
+//! - With `service`, requests are routed as a gateway does, over the Service's EndpointSlices
+//!   (label `kubernetes.io/service-name`): only to endpoints that are ready and belong to a live
+//!   pod. A pod dropped from the endpoints (e.g. taken out of rotation by a drain) keeps serving
+//!   what it holds and is still scraped; a pod deleted (or terminating) while it holds requests
+//!   loses them after the model's `drain_s` (the termination grace; 0 = at once), counted as
+//!   dropped in `/report`.
 //! - The trace is replayed `speed` times faster than real time (model time is trace time).
 //! - `/metrics` has one series per Ready pod, labelled `pod`, `namespace` and `app` (the pod's
 //!   `app` label), under vLLM's names; `/report` is the run report as JSON; `/healthz` is 200.
@@ -24,6 +30,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use llmscaler_loadmodel::exposition::{self, Labels};
@@ -48,6 +55,9 @@ pub struct Config {
     pub namespace: String,
     /// Label selector of the pods, e.g. `app=vllm`.
     pub selector: String,
+    /// Route over this Service's EndpointSlices (as a gateway does) instead of over every Ready
+    /// pod.
+    pub service: Option<String>,
     /// The model's parameters.
     pub params: Params,
     /// Address to serve `/metrics` on (port 0 picks one).
@@ -80,10 +90,13 @@ pub struct Status {
 struct Inner {
     fleet: Fleet,
     replay: Replay,
-    /// Ready pods and their `app` label, as last listed.
-    pods: BTreeMap<String, String>,
-    /// Set of pods the fleet last saw.
-    applied: BTreeSet<String>,
+    /// The pods as last listed and their `app` label.
+    pods: Listed,
+    /// The pods the fleet last saw: (routable, alive).
+    applied: (BTreeSet<String>, BTreeSet<String>),
+    /// Whether routing follows a Service's EndpointSlices (then pods out of rotation are
+    /// scraped too).
+    by_service: bool,
     /// Wall instant at which trace time 0 was, once the replay has begun.
     began: Option<Instant>,
     speed: f64,
@@ -110,16 +123,27 @@ impl Inner {
         if self.began.is_some() {
             self.replay.run_until(&mut self.fleet, t);
         }
-        let names: BTreeSet<String> = self.pods.keys().cloned().collect();
-        if names != self.applied {
-            self.fleet.set_ready(t.max(self.fleet.now_s()), &names);
-            self.applied = names;
+        let seen = (self.pods.routable.clone(), self.pods.alive.keys().cloned().collect());
+        if seen != self.applied {
+            self.fleet
+                .set_pods(t.max(self.fleet.now_s()), &seen.0, &seen.1);
+            self.applied = seen;
+        }
+    }
+
+    /// The replicas `/metrics` shows: with a Service, every live pod (in rotation or not), else
+    /// the Ready ones.
+    fn scraped(&self) -> Vec<llmscaler_loadmodel::ReplicaMetrics> {
+        if self.by_service {
+            self.fleet.metrics_alive()
+        } else {
+            self.fleet.metrics()
         }
     }
 
     fn status(&self) -> Status {
         let ready = self.fleet.ready_names();
-        let metrics = self.fleet.metrics();
+        let metrics = self.scraped();
         let waiting: usize = metrics.iter().map(|m| m.waiting).sum();
         let running: usize = metrics.iter().map(|m| m.running).sum();
         let per_replica = |n: usize| {
@@ -143,11 +167,10 @@ impl Inner {
 
     fn metrics_text(&self) -> String {
         let series: Vec<(Labels, _)> = self
-            .fleet
-            .metrics()
+            .scraped()
             .into_iter()
             .map(|m| {
-                let app = self.pods.get(&m.name).cloned().unwrap_or_default();
+                let app = self.pods.alive.get(&m.name).cloned().unwrap_or_default();
                 let labels = vec![
                     ("pod".to_string(), m.name.clone()),
                     ("namespace".to_string(), self.namespace.clone()),
@@ -163,7 +186,7 @@ impl Inner {
              # TYPE emulator_trace_seconds gauge\nemulator_trace_seconds {}\n\
              # HELP emulator_requests_arrived_total Requests of the trace that have arrived.\n\
              # TYPE emulator_requests_arrived_total counter\nemulator_requests_arrived_total {}\n\
-             # HELP emulator_requests_failed_total Requests dropped by a replica drained out.\n\
+             # HELP emulator_requests_failed_total Requests killed by a scale-down (their pod deleted).\n\
              # TYPE emulator_requests_failed_total counter\nemulator_requests_failed_total {}\n\
              # HELP gateway_queue_size Requests the gateway holds for want of a Ready replica \
              (exists with zero pods: an activation signal).\n\
@@ -199,16 +222,22 @@ impl Emulator {
             "--speed must be > 0, got {}",
             config.speed
         );
-        let pods_api: Api<Pod> = Api::namespaced(client, &config.namespace);
-        let params = ListParams::default().labels(&config.selector);
-        let first = ready_pods(&pods_api, &params)
+        let source = PodSource {
+            pods: Api::namespaced(client.clone(), &config.namespace),
+            slices: Api::namespaced(client, &config.namespace),
+            params: ListParams::default().labels(&config.selector),
+            service: config.service.clone(),
+        };
+        let first = source
+            .list()
             .await
             .with_context(|| format!("listing pods {} in {}", config.selector, config.namespace))?;
         let shared: Shared = Arc::new(Mutex::new(Inner {
             fleet: Fleet::new(config.params),
             replay: Replay::new(config.requests),
             pods: first,
-            applied: BTreeSet::new(),
+            applied: (BTreeSet::new(), BTreeSet::new()),
+            by_service: config.service.is_some(),
             began: None,
             speed: config.speed,
             namespace: config.namespace.clone(),
@@ -246,7 +275,7 @@ impl Emulator {
                     _ = interval.tick() => {}
                     _ = poll_stop.wait_for(|s| *s) => return,
                 }
-                let listed = ready_pods(&pods_api, &params).await;
+                let listed = source.list().await;
                 let mut inner = lock(&poll_shared);
                 match listed {
                     Ok(pods) => {
@@ -336,6 +365,7 @@ async fn report_handler(State(shared): State<Shared>) -> impl IntoResponse {
     let status = lock(&shared).status();
     axum::Json(json!({
         "t_s": status.t_s,
+        "dropped": status.report.failed,
         "ready": status.ready,
         "queue": status.queue,
         "trace_done": status.trace_done,
@@ -344,21 +374,68 @@ async fn report_handler(State(shared): State<Shared>) -> impl IntoResponse {
     }))
 }
 
-/// Ready pods (not being deleted) matching `params`, with their `app` label.
-async fn ready_pods(
-    api: &Api<Pod>,
-    params: &ListParams,
-) -> anyhow::Result<BTreeMap<String, String>> {
-    let list = api.list(params).await?;
-    Ok(list
-        .items
-        .iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && pod_ready(pod))
-        .map(|pod| {
-            let app = pod.labels().get("app").cloned().unwrap_or_default();
-            (pod.name_any(), app)
-        })
-        .collect())
+/// The pods as listed: the live ones (not being deleted) with their `app` label, and the ones
+/// requests may go to.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Listed {
+    alive: BTreeMap<String, String>,
+    routable: BTreeSet<String>,
+}
+
+/// Where the pods and their routing come from.
+struct PodSource {
+    pods: Api<Pod>,
+    slices: Api<EndpointSlice>,
+    params: ListParams,
+    service: Option<String>,
+}
+
+impl PodSource {
+    /// Lists the pods and, with a Service, its EndpointSlices. Without a Service the routable
+    /// pods are the Ready live ones, and only those count as alive (the model of old: a pod
+    /// that stops being Ready drains for `drain_s`).
+    async fn list(&self) -> anyhow::Result<Listed> {
+        let list = self.pods.list(&self.params).await?;
+        let live = list
+            .items
+            .iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none());
+        let Some(service) = &self.service else {
+            let alive: BTreeMap<String, String> = live
+                .filter(|pod| pod_ready(pod))
+                .map(|pod| (pod.name_any(), app_of(pod)))
+                .collect();
+            let routable = alive.keys().cloned().collect();
+            return Ok(Listed { alive, routable });
+        };
+        let alive: BTreeMap<String, String> =
+            live.map(|pod| (pod.name_any(), app_of(pod))).collect();
+        let slices = self
+            .slices
+            .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+            .await?;
+        let routable = slices
+            .items
+            .iter()
+            .flat_map(|slice| slice.endpoints.iter())
+            .filter(|e| {
+                // `ready` unset means ready (discovery.k8s.io/v1).
+                e.conditions
+                    .as_ref()
+                    .and_then(|c| c.ready)
+                    .unwrap_or(true)
+            })
+            .filter_map(|e| e.target_ref.as_ref())
+            .filter(|r| r.kind.as_deref() == Some("Pod"))
+            .filter_map(|r| r.name.clone())
+            .filter(|name| alive.contains_key(name))
+            .collect();
+        Ok(Listed { alive, routable })
+    }
+}
+
+fn app_of(pod: &Pod) -> String {
+    pod.labels().get("app").cloned().unwrap_or_default()
 }
 
 /// Whether the pod's `Ready` condition is `True`.
@@ -406,7 +483,8 @@ pub struct ModelArgs {
     /// Step time per running sequence, seconds.
     #[arg(long, default_value_t = 0.000_35)]
     pub step_per_seq_s: f64,
-    /// How long a removed replica drains before dropping what it holds, trace seconds.
+    /// Termination grace: how long a replica whose pod was deleted (or, without `--service`,
+    /// stopped being Ready) keeps serving what it holds before dropping it, trace seconds.
     #[arg(long, default_value_t = 60.0)]
     pub drain_s: f64,
     /// TTFT objective of the report, seconds.

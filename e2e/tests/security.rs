@@ -92,7 +92,8 @@ async fn the_chart_service_account_holds_only_what_the_operator_uses() -> anyhow
         println!("can-i {args:?}: no");
     }
 
-    // A pod: the operator may set its deletion cost, but not touch its spec or labels.
+    // A pod: the operator may set its deletion cost and its rotation label (to in or out), but
+    // not touch its spec or other labels.
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "vllm-0", "namespace": namespace, "labels": {"app": "vllm"}},
         "spec": {"containers": [{"name": "vllm", "image": "vllm:latest"}]}});
@@ -138,6 +139,25 @@ async fn the_chart_service_account_holds_only_what_the_operator_uses() -> anyhow
     ensure!(
         matches!(&labels, Err(e) if e.contains("not its labels")),
         "label patch: {labels:?}"
+    );
+    let removed = patch_as_operator(r#"{"metadata":{"labels":{"app":null}}}"#)?;
+    ensure!(
+        matches!(&removed, Err(e) if e.contains("not its labels")),
+        "label removal: {removed:?}"
+    );
+    let rotation = patch_as_operator(
+        r#"{"metadata":{"labels":{"autoscaling.modelsphere.dev/rotation":"out"}}}"#,
+    )?;
+    ensure!(
+        rotation.is_ok(),
+        "the drain's rotation label must be allowed: {rotation:?}"
+    );
+    let bad_rotation = patch_as_operator(
+        r#"{"metadata":{"labels":{"autoscaling.modelsphere.dev/rotation":"maybe"}}}"#,
+    )?;
+    ensure!(
+        matches!(&bad_rotation, Err(e) if e.contains("rotation label")),
+        "rotation label value: {bad_rotation:?}"
     );
     let other_annotation = patch_as_operator(r#"{"metadata":{"annotations":{"x":"y"}}}"#)?;
     ensure!(

@@ -8,12 +8,20 @@ use serde::Serialize;
 use super::replica::{Params, Replica, ReplicaMetrics};
 use super::trace::Request;
 
-/// A replica that was removed and is finishing what it holds.
+/// A replica that takes no new requests and is finishing what it holds: out of rotation while
+/// its pod lives (no deadline), or terminating (its pod deleted) for at most `drain_s`.
 #[derive(Clone, Debug)]
 struct Draining {
     replica: Replica,
-    /// Trace time at which whatever is left is dropped, seconds.
+    /// Trace time at which whatever is left is dropped, seconds (infinite while the pod lives).
     deadline_s: f64,
+}
+
+impl Draining {
+    /// Out of rotation, its pod alive (serves what it holds, takes nothing new, is scraped).
+    fn parked(&self) -> bool {
+        self.deadline_s.is_infinite()
+    }
 }
 
 /// Replicas serving a trace, stepped in trace time.
@@ -77,7 +85,8 @@ pub struct Report {
     pub arrived: u64,
     /// Requests that got their first token (served).
     pub served: u64,
-    /// Requests dropped by a replica drained out.
+    /// Requests killed by a scale-down: held by a replica whose pod was deleted, at the end of
+    /// its termination grace (`drain_s`).
     pub failed: u64,
     /// Requests still queued or running at the end.
     pub in_flight: u64,
@@ -206,7 +215,7 @@ impl Fleet {
             if d.deadline_s <= t_s {
                 self.acc.failed += d.replica.drop_all() as u64;
             }
-            if d.replica.outstanding() == 0 {
+            if !d.parked() && d.replica.outstanding() == 0 {
                 gone.push(name.clone());
             }
         }
@@ -219,31 +228,55 @@ impl Fleet {
 
     /// Sets the Ready replicas at trace time `t_s`: new names start idle and take requests at
     /// once (first the gateway backlog); missing names stop taking requests and drain for
-    /// `drain_s`, then drop the rest (counted failed).
+    /// `drain_s`, then drop the rest (counted failed). The same as [`Fleet::set_pods`] with every
+    /// pod routable.
     pub fn set_ready(&mut self, t_s: f64, names: &BTreeSet<String>) {
+        self.set_pods(t_s, names, names);
+    }
+
+    /// Sets the pods at trace time `t_s` as a gateway routing over a Service's EndpointSlices
+    /// sees them: `routable` (ready endpoints) take requests; `alive` pods that are not routable
+    /// (out of rotation) keep serving what they hold, take nothing new and are still scraped;
+    /// pods in neither were deleted: they serve what they hold for at most `drain_s` (the
+    /// termination grace; 0 = killed at once), then drop the rest (counted failed). A name in
+    /// `routable` is taken as alive.
+    pub fn set_pods(&mut self, t_s: f64, routable: &BTreeSet<String>, alive: &BTreeSet<String>) {
         self.advance_to(t_s);
         let before = self.ready.len();
-        let removed: Vec<String> = self
+        let leaving: Vec<String> = self
             .ready
             .keys()
-            .filter(|n| !names.contains(*n))
+            .filter(|n| !routable.contains(*n))
             .cloned()
             .collect();
-        for name in removed {
-            if let Some(replica) = self.ready.remove(&name)
-                && replica.outstanding() > 0
-            {
-                let deadline_s = self.now_s + self.params.drain_s;
+        for name in leaving {
+            if let Some(replica) = self.ready.remove(&name) {
                 self.draining.insert(
                     name,
                     Draining {
                         replica,
-                        deadline_s,
+                        deadline_s: f64::INFINITY,
                     },
                 );
             }
         }
-        for name in names {
+        let deadline_s = self.now_s + self.params.drain_s.max(0.0);
+        let mut killed = Vec::new();
+        for (name, d) in &mut self.draining {
+            if d.parked() && !alive.contains(name) && !routable.contains(name) {
+                d.deadline_s = deadline_s;
+                if self.params.drain_s <= 0.0 {
+                    self.acc.failed += d.replica.drop_all() as u64;
+                }
+                if d.replica.outstanding() == 0 {
+                    killed.push(name.clone());
+                }
+            }
+        }
+        for name in killed {
+            self.draining.remove(&name);
+        }
+        for name in routable {
             if !self.ready.contains_key(name) {
                 let replica = match self.draining.remove(name) {
                     // A replica that comes back keeps what it was draining.
@@ -263,6 +296,15 @@ impl Fleet {
             };
             self.route(req);
         }
+    }
+
+    /// Requests (waiting + running) held by replica `name`, routable or draining; `None` when no
+    /// such replica serves (never started, or its pod is gone and it holds nothing).
+    pub fn in_flight(&self, name: &str) -> Option<usize> {
+        self.ready
+            .get(name)
+            .map(Replica::outstanding)
+            .or_else(|| self.draining.get(name).map(|d| d.replica.outstanding()))
     }
 
     /// A request arrives (at `req.arrival_s`, not before the fleet's clock): it goes to the
@@ -292,6 +334,24 @@ impl Fleet {
     /// Metrics of the Ready replicas, by name.
     pub fn metrics(&self) -> Vec<ReplicaMetrics> {
         self.ready.values().map(Replica::metrics).collect()
+    }
+
+    /// Metrics of every replica whose pod lives: the routable ones and those out of rotation
+    /// (what Prometheus scrapes), by name.
+    pub fn metrics_alive(&self) -> Vec<ReplicaMetrics> {
+        let mut out: Vec<ReplicaMetrics> = self
+            .ready
+            .values()
+            .map(Replica::metrics)
+            .chain(
+                self.draining
+                    .values()
+                    .filter(|d| d.parked())
+                    .map(|d| d.replica.metrics()),
+            )
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     /// The report so far.
@@ -513,6 +573,57 @@ mod tests {
             (r.served, r.failed, r.in_flight, r.scale_events),
             (3, 1, 0, 3)
         );
+    }
+
+    #[test]
+    fn out_of_rotation_finishes_its_requests_and_a_deleted_pod_loses_them() {
+        let params = Params {
+            drain_s: 0.0,
+            ..Params::default()
+        };
+        let long = |t| Request {
+            arrival_s: t,
+            prompt_tokens: 100,
+            output_tokens: 300,
+        };
+        let set = |names: &[&str]| -> BTreeSet<String> {
+            names.iter().map(|s| s.to_string()).collect()
+        };
+        // Out of rotation: a keeps serving what it holds, new arrivals go to b only.
+        let mut fleet = Fleet::new(params);
+        fleet.set_ready(0.0, &set(&["a", "b"]));
+        fleet.arrive(long(0.0));
+        fleet.arrive(long(0.0));
+        assert_eq!((fleet.in_flight("a"), fleet.in_flight("b")), (Some(1), Some(1)));
+        fleet.set_pods(0.5, &set(&["b"]), &set(&["a", "b"]));
+        fleet.arrive(long(0.6));
+        assert_eq!(fleet.in_flight("a"), Some(1));
+        assert_eq!(fleet.in_flight("b"), Some(2));
+        assert_eq!(fleet.metrics_alive().len(), 2, "a is still scraped");
+        assert_eq!(fleet.metrics().len(), 1);
+        fleet.advance_to(60.0);
+        assert_eq!(fleet.in_flight("a"), Some(0), "a drained");
+        // Deleted once idle: nothing lost.
+        fleet.set_pods(61.0, &set(&["b"]), &set(&["b"]));
+        assert_eq!(fleet.in_flight("a"), None);
+        assert_eq!(fleet.report().failed, 0);
+
+        // Without a drain, a pod deleted with requests in flight loses them at once.
+        let mut fleet = Fleet::new(params);
+        fleet.set_ready(0.0, &set(&["a", "b"]));
+        fleet.arrive(long(0.0));
+        fleet.arrive(long(0.0));
+        fleet.set_ready(0.5, &set(&["b"]));
+        let r = fleet.report();
+        assert_eq!((r.failed, r.in_flight), (1, 1), "{r:?}");
+        // Back in rotation: a parked replica returns with what it holds.
+        let mut fleet = Fleet::new(params);
+        fleet.set_ready(0.0, &set(&["a"]));
+        fleet.arrive(long(0.0));
+        fleet.set_pods(0.1, &set(&[]), &set(&["a"]));
+        fleet.set_ready(0.2, &set(&["a"]));
+        assert_eq!(fleet.in_flight("a"), Some(1));
+        assert_eq!(fleet.report().failed, 0);
     }
 
     #[test]

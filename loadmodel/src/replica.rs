@@ -26,7 +26,9 @@ pub struct Params {
     pub step_base_s: f64,
     /// Step time added per running sequence, seconds.
     pub step_per_seq_s: f64,
-    /// How long a removed replica keeps serving what it holds, trace seconds.
+    /// Termination grace: how long a replica whose pod was deleted keeps serving what it holds
+    /// before the rest is dropped (counted failed), trace seconds; 0 = killed at once (vLLM's
+    /// default `--shutdown-timeout=0` aborts in-flight requests on SIGTERM).
     pub drain_s: f64,
     /// Time-to-first-token objective used in the report, seconds.
     pub slo_ttft_s: f64,

@@ -105,7 +105,7 @@ pub async fn write_replicas(
     state: &mut ScalerState,
 ) -> Result<(), WriteError> {
     if write.scale_down {
-        mark_victims(ctx, spec, (namespace, name), target, write.to, state).await?;
+        mark_victims(ctx, spec, (namespace, name), target, write, state).await?;
     }
     ctx.leadership.check()?;
     target::apply_replicas(&ctx.client, resource, namespace, &spec.target_ref, write.to).await?;
@@ -113,7 +113,8 @@ pub async fn write_replicas(
     Ok(())
 }
 
-/// Marks the pods a Deployment scale-down to `new_replicas` will remove (`docs/scale-down.md`).
+/// Marks the pods a Deployment scale-down to `write.to` will remove (`docs/scale-down.md`): the
+/// drained pods when a drain finished, else a fresh choice.
 ///
 /// # Errors
 /// [`VictimError`] when the pods cannot be listed, the cost query fails, or the marks cannot be
@@ -123,7 +124,7 @@ async fn mark_victims(
     spec: &LLMScalerSpec,
     (namespace, name): (&str, &str),
     target: &TargetState,
-    new_replicas: i32,
+    write: &ReplicasWrite,
     state: &mut ScalerState,
 ) -> Result<(), VictimError> {
     if !target.is_deployment
@@ -131,6 +132,64 @@ async fn mark_victims(
     {
         return Ok(());
     }
+    let remove = if write.drained.is_empty() {
+        usize::try_from(target.spec_replicas.saturating_sub(write.to).max(0)).unwrap_or(0)
+    } else {
+        // The drain chose them already: no cost query.
+        0
+    };
+    let Choice {
+        pods,
+        deployment,
+        candidates,
+        plan,
+    } = choose_victims(ctx, spec, (namespace, name), target, remove, state).await?;
+    let plan = if write.drained.is_empty() {
+        plan
+    } else {
+        victims::plan_for(&candidates, &write.drained)
+    };
+    let patched = victims::apply_plan(
+        &pods,
+        &plan,
+        &deployment,
+        ctx.mark_deadline,
+        &ctx.leadership,
+    )
+    .await?;
+    for _ in 0..patched {
+        ctx.telemetry.count_write(namespace, name, "deletion_cost");
+    }
+    tracing::info!(deployment = %deployment, victims = ?plan.victims, "marked pods for scale-down");
+    Ok(())
+}
+
+/// The pods of a Deployment and the victims of removing `remove` of them.
+pub struct Choice {
+    /// The pods API of the namespace.
+    pub pods: Api<Pod>,
+    /// `namespace/name` of the Deployment.
+    pub deployment: String,
+    /// Its live pods.
+    pub candidates: Vec<victims::Candidate>,
+    /// The marks (and victims) of the cache-aware choice.
+    pub plan: victims::Plan,
+}
+
+/// Lists the Deployment's live pods (the one pod read of a scale-down; the drain reads them
+/// here too) and plans the cache-aware choice of `remove` victims (`docs/scale-down.md#which-pods`).
+///
+/// # Errors
+/// [`VictimError`] when the Deployment has no selector, the pods cannot be listed or the cost
+/// query fails.
+pub async fn choose_victims(
+    ctx: &Context,
+    spec: &LLMScalerSpec,
+    (namespace, name): (&str, &str),
+    target: &TargetState,
+    remove: usize,
+    state: &mut ScalerState,
+) -> Result<Choice, VictimError> {
     let deployment = format!("{namespace}/{}", spec.target_ref.name);
     let selector = victims::selector_string(&target.object.data)
         .ok_or_else(|| VictimError::NoSelector(deployment.clone()))?;
@@ -141,7 +200,7 @@ async fn mark_victims(
         .as_ref()
         .and_then(|s| s.deletion_cost_query.as_deref());
     let costs = match (query, spec.effective_provider()) {
-        (Some(query), MetricProvider::Prometheus) => {
+        (Some(query), MetricProvider::Prometheus) if remove > 0 => {
             let headers = crate::metrics::secret_headers(&ctx.client, namespace, spec)
                 .await
                 .map_err(VictimError::CostQuery)?;
@@ -167,24 +226,15 @@ async fn mark_victims(
             }
             None
         }
-        (None, _) => None,
+        _ => None,
     };
-    let remove =
-        usize::try_from(target.spec_replicas.saturating_sub(new_replicas).max(0)).unwrap_or(0);
     let plan = victims::plan(&candidates, remove, costs.as_ref());
-    let patched = victims::apply_plan(
-        &pods,
-        &plan,
-        &deployment,
-        ctx.mark_deadline,
-        &ctx.leadership,
-    )
-    .await?;
-    for _ in 0..patched {
-        ctx.telemetry.count_write(namespace, name, "deletion_cost");
-    }
-    tracing::info!(deployment = %deployment, victims = ?plan.victims, "marked pods for scale-down");
-    Ok(())
+    Ok(Choice {
+        pods,
+        deployment,
+        candidates,
+        plan,
+    })
 }
 
 /// Why the status write failed.

@@ -22,6 +22,9 @@ pub struct ReplicasWrite {
     pub to: i32,
     /// Mark victims first (a scale-down).
     pub scale_down: bool,
+    /// The pods a finished drain took out of rotation: the victims to mark, instead of a fresh
+    /// choice (docs/scale-down.md#drain). Empty otherwise.
+    pub drained: Vec<String>,
 }
 
 /// What a sync decided, before acting; `E` is the metric source's error type.
@@ -177,6 +180,7 @@ pub fn decide<E: Clone>(
         from: target.spec_replicas,
         to: decision.replicas,
         scale_down: decision.replicas < target.spec_replicas,
+        drained: Vec::new(),
     });
     Plan {
         decision,

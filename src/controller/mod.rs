@@ -2,6 +2,7 @@
 //! observe → decide → act → report (`docs/scaling.md`):
 //! - [`observe`]: re-check the spec, read the target and the metrics (reads only);
 //! - [`decide`]: the engine's decision, the write to make, contest detection (pure);
+//! - [`drain`]: the opt-in drain before a scale-down, across syncs;
 //! - [`act`]: victim marks, `spec.replicas`, status and Events, each write checked against the
 //!   [`leadership`] handle right before it;
 //! - [`report`]: the new status, the Events of condition flips, the operator's metrics;
@@ -13,6 +14,7 @@
 pub mod act;
 pub mod competitors;
 pub mod decide;
+pub mod drain;
 pub mod history;
 pub mod leadership;
 pub mod observe;
@@ -378,7 +380,7 @@ async fn decide_and_act(
         decision,
     );
 
-    let write = act::carry_out(ctx, scaler, spec, observed, &plan, state).await;
+    let write = drain::carry_out(ctx, scaler, spec, observed, &mut plan, state, now_ms).await;
     if let Some(event) = report::advice_event(spec, target, &plan, state) {
         act::publish(ctx, scaler, &[event]).await;
     }
@@ -392,7 +394,7 @@ async fn decide_and_act(
     );
     Outcome {
         current_replicas: Some(target.ready_replicas),
-        desired_replicas: Some(decision.desired),
+        desired_replicas: Some(plan.decision.desired),
         wrote_replicas: plan
             .write
             .as_ref()
@@ -405,5 +407,6 @@ async fn decide_and_act(
         }),
         active_schedules: Some(plan.active_schedules),
         history: Some(plan.history),
+        draining: Some(drain::status(state)),
     }
 }

@@ -38,6 +38,8 @@ pub struct Outcome {
     /// Whether the operator acted, when a decision was made: `Some(None)` active,
     /// `Some(Some(by))` paused or advisory (what holds it).
     pub passive_by: Option<Option<String>>,
+    /// The drain in progress, when a decision was made: `Some(None)` none.
+    pub draining: Option<Option<llmscaler_api::DrainingStatus>>,
 }
 
 /// The new status of `scaler` after a sync at `now`, and the Events of the condition flips.
@@ -86,6 +88,10 @@ pub fn status(
                     .filter(|p| p.by == *by)
                     .map_or(Time(now), |p| p.since.clone()),
             }),
+        },
+        draining: match &outcome.draining {
+            None => previous.draining.clone(),
+            Some(draining) => draining.clone(),
         },
         conditions: Some(merged),
     };

@@ -1,5 +1,5 @@
 //! Per-scaler memory of the leading process: the stabilization history while leading, the contest
-//! memory and one-time log flags. It leaves when the scaler does (watch delete events, and a
+//! memory, the drain in progress and one-time log flags. It leaves when the scaler does (watch delete events, and a
 //! re-list that no longer holds it), and a new leadership term starts empty, from what status says.
 
 use std::collections::HashMap;
@@ -26,6 +26,22 @@ pub struct ScalerState {
     pub warned_cost_query: bool,
     /// The last replica count advised in advisory mode (an Event is published when it changes).
     pub last_advice: Option<i32>,
+    /// The scale-down drain in progress (`scaleDown.drain`), if any.
+    pub drain: Option<DrainState>,
+    /// Whether this term has read back the pods' rotation labels once (a drain left by another
+    /// process is taken over, or its pods put back when drain is off).
+    pub drain_recovered: bool,
+}
+
+/// A scale-down drain in progress (docs/scale-down.md#drain): pods out of rotation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DrainState {
+    /// The pods out of rotation, by name.
+    pub victims: Vec<String>,
+    /// When this process took them out or found them out (Unix ms).
+    pub started_ms: i64,
+    /// In-flight requests on them at the last read (`None` when not read).
+    pub in_flight: Option<i64>,
 }
 
 /// Every scaler's memory, shared by the reconciles of one leadership term.

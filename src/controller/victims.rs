@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use llmscaler_api::names::{FIELD_MANAGER, NEWEST_FIRST_COST, POD_DELETION_COST};
+use llmscaler_api::names::{
+    DRAIN_FIELD_MANAGER, FIELD_MANAGER, NEWEST_FIRST_COST, POD_DELETION_COST, ROTATION_LABEL,
+};
 
 use super::leadership::{Leadership, NotLeader};
 use crate::metrics::MetricError;
@@ -24,7 +26,7 @@ pub enum VictimError {
     /// Listing or patching pods failed.
     #[error("{operation} pods of {deployment}: {source}")]
     Api {
-        /// `list`, `annotate` or `read back`.
+        /// `list`, `annotate`, `clear`, `relabel` or `read back`.
         operation: &'static str,
         /// `namespace/name` of the Deployment.
         deployment: String,
@@ -52,6 +54,8 @@ pub struct Candidate {
     pub created: i64,
     /// The pod's current deletion-cost annotation, as written.
     pub current_cost: Option<String>,
+    /// The pod's [`ROTATION_LABEL`] value (`docs/scale-down.md#drain`).
+    pub rotation: Option<String>,
 }
 
 /// The plan for one scale-down: the cost to set per pod, and the pods whose cost to clear.
@@ -119,6 +123,24 @@ pub fn plan(
             Some(_) => {}
             None if candidate.current_cost.is_some() => out.clear.push(candidate.name.clone()),
             None => {}
+        }
+    }
+    out
+}
+
+/// Plans the marks of a drained scale-down (pure): exactly `victims` get [`NEWEST_FIRST_COST`],
+/// every other pod loses any old cost (so a lower cost left by `deletionCostQuery` cannot send
+/// another pod first). Victims that are no longer candidates are left out.
+pub fn plan_for(candidates: &[Candidate], victims: &[String]) -> Plan {
+    let mut out = Plan::default();
+    for candidate in candidates {
+        if victims.contains(&candidate.name) {
+            out.victims.push(candidate.name.clone());
+            if candidate.current_cost.as_deref() != Some(&NEWEST_FIRST_COST.to_string()) {
+                out.set.insert(candidate.name.clone(), NEWEST_FIRST_COST);
+            }
+        } else if candidate.current_cost.is_some() {
+            out.clear.push(candidate.name.clone());
         }
     }
     out
@@ -199,9 +221,44 @@ pub async fn candidates(
                     .metadata
                     .annotations
                     .and_then(|mut a| a.remove(POD_DELETION_COST)),
+                rotation: p.metadata.labels.and_then(|mut l| l.remove(ROTATION_LABEL)),
             })
         })
         .collect())
+}
+
+/// Sets [`ROTATION_LABEL`] of each pod of `names` to `value` (server-side apply under
+/// [`DRAIN_FIELD_MANAGER`], with force: the pod template's value is taken over). A pod that went
+/// away is skipped. `leadership` is checked before every patch. Returns the pods patched.
+///
+/// # Errors
+/// [`VictimError::Api`] when a patch fails, [`VictimError::NotLeader`] when leadership was lost.
+pub async fn set_rotation(
+    pods: &Api<Pod>,
+    names: &[String],
+    value: &str,
+    deployment: &str,
+    leadership: &Leadership,
+) -> Result<usize, VictimError> {
+    let params = PatchParams::apply(DRAIN_FIELD_MANAGER).force();
+    let mut patched = 0;
+    for name in names {
+        leadership.check()?;
+        let body = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {ROTATION_LABEL: value}}});
+        match pods.patch(name, &params, &Patch::Apply(&body)).await {
+            Ok(_) => patched += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(source) => {
+                return Err(VictimError::Api {
+                    operation: "relabel",
+                    deployment: deployment.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(patched)
 }
 
 /// Applies a plan (server-side apply of the annotation under [`FIELD_MANAGER`]; clearing applies
@@ -276,7 +333,22 @@ mod tests {
             name: name.into(),
             created,
             current_cost: cost.map(String::from),
+            rotation: None,
         }
+    }
+
+    #[test]
+    fn a_drained_plan_marks_exactly_the_victims_and_clears_the_rest() {
+        let pods = [
+            pod("a", 1, Some("-5000")),
+            pod("b", 3, None),
+            pod("c", 2, Some("-100")),
+        ];
+        let victims = ["b".to_string(), "c".to_string(), "gone".to_string()];
+        let p = plan_for(&pods, &victims);
+        assert_eq!(p.victims, vec!["b", "c"]);
+        assert_eq!(p.set, BTreeMap::from([("b".to_string(), -100)]));
+        assert_eq!(p.clear, vec!["a"]);
     }
 
     #[test]

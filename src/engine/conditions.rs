@@ -59,6 +59,11 @@ pub enum WriteOutcome {
     MarkFailed(String),
     /// Applying `spec.replicas` failed (message).
     WriteFailed(String),
+    /// `scaleDown.drain`: the scale-down waits for the drained pods (message: which, how many
+    /// requests in flight, until when) (docs/scale-down.md#drain).
+    Draining(String),
+    /// `scaleDown.drain`: the drain could not proceed (message); the scale-down waits.
+    DrainFailed(String),
 }
 
 /// Who holds `spec.replicas` of the target, as the sync saw it.
@@ -222,6 +227,12 @@ fn able_to_scale(report: &SyncReport<'_>) -> ConditionSpec {
         }
         WriteOutcome::WriteFailed(message) => {
             return able(false, Reason::WriteFailed, message.clone());
+        }
+        WriteOutcome::Draining(message) => {
+            return able(false, Reason::Draining, message.clone());
+        }
+        WriteOutcome::DrainFailed(message) => {
+            return able(false, Reason::DrainFailed, message.clone());
         }
         WriteOutcome::NotNeeded | WriteOutcome::Wrote => {}
     }

@@ -83,6 +83,9 @@ pub struct Options {
     pub compare: Vec<Comparator>,
     /// Seconds the run goes on after the last arrival.
     pub tail_seconds: f64,
+    /// Seconds a deleted pod keeps serving what it holds before the rest is dropped (the
+    /// workload's termination grace; 0 = killed at once, vLLM's default on SIGTERM).
+    pub termination_grace_seconds: f64,
 }
 
 /// Why the replay could not run.
@@ -116,7 +119,8 @@ pub struct PolicyReport {
     pub ttft_p95_seconds: f64,
     /// 99th percentile TTFT, seconds.
     pub ttft_p99_seconds: f64,
-    /// Requests killed by a scale-down (drained out).
+    /// Requests killed by a scale-down: in flight on a deleted pod at the end of its termination
+    /// grace.
     pub requests_dropped: u64,
     /// Requests arrived.
     pub requests_arrived: u64,
@@ -153,6 +157,8 @@ pub struct Report {
     pub slo_ttft_seconds: f64,
     /// `--scrape-interval-seconds`.
     pub scrape_interval_seconds: f64,
+    /// `--termination-grace-seconds`.
+    pub termination_grace_seconds: f64,
     /// Replicas at the start.
     pub initial_replicas: i32,
     /// Per policy: `llmscaler` and each comparator.
@@ -212,6 +218,7 @@ pub fn run(
     }
     let params = Params {
         slo_ttft_s: options.slo_ttft_seconds,
+        drain_s: options.termination_grace_seconds,
         ..Params::default()
     };
     let namespace = scaler
@@ -323,6 +330,7 @@ pub fn run(
         startup_seconds: options.startup_seconds,
         slo_ttft_seconds: options.slo_ttft_seconds,
         scrape_interval_seconds: options.scrape_interval_seconds,
+        termination_grace_seconds: options.termination_grace_seconds,
         initial_replicas: initial,
         policies,
         timelines,

@@ -48,6 +48,10 @@ struct Args {
     /// Label selector of the pods.
     #[arg(long)]
     selector: String,
+    /// Route over this Service's EndpointSlices (as a gateway does) instead of over every Ready
+    /// pod.
+    #[arg(long)]
+    service: Option<String>,
     /// Address of `/metrics`.
     #[arg(long, default_value = "127.0.0.1:9400")]
     listen: SocketAddr,
@@ -108,6 +112,7 @@ async fn run(args: Args, shutdown: llmscaler::process::Shutdown) -> anyhow::Resu
             speed: args.speed,
             namespace: args.namespace.clone(),
             selector: args.selector.clone(),
+            service: args.service.clone(),
             params: args.model.params(),
             listen: args.listen,
         },

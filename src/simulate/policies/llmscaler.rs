@@ -1,9 +1,16 @@
 //! The scaler itself: every `syncPeriodSeconds`, its `spec.metrics[]` queries are evaluated on
-//! the scraped series and fed to the one decision engine (`crate::engine::decide`).
+//! the scraped series and fed to the one decision engine (`crate::engine::decide`). Under
+//! `scaleDown.drain` a scale-down first takes its victims out of rotation and lowers replicas
+//! once they are idle or `drainSeconds` has passed, with the controller's own rule
+//! ([`crate::controller::drain::next`]); the victims are the newest pods, as without
+//! `deletionCostQuery`, and their in-flight requests are read from the model (docs/simulate/README.md).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use llmscaler_api::LLMScalerSpec;
 use promql_parser::parser::Expr;
 
+use crate::controller::drain::{self, Next};
 use crate::engine::{self, History, Observation, Policy, Record, Signal};
 use crate::promql::{self, PromqlError};
 use crate::simulate::replay::{Autoscaler, View};
@@ -15,6 +22,10 @@ pub struct LlmscalerPolicy {
     policy: Policy,
     queries: Vec<Expr>,
     history: History,
+    /// The drain in progress: the victims and when they left rotation (ms).
+    drain: Option<(Vec<String>, i64)>,
+    /// The pods out of rotation after the last sync.
+    out: BTreeSet<String>,
 }
 
 impl LlmscalerPolicy {
@@ -30,6 +41,8 @@ impl LlmscalerPolicy {
             policy: Policy::from_spec(spec),
             queries,
             history: History::default(),
+            drain: None,
+            out: BTreeSet::new(),
         })
     }
 }
@@ -74,6 +87,62 @@ impl Autoscaler for LlmscalerPolicy {
             ready_replicas: view.ready_replicas,
             rollout_in_progress: false,
         };
-        engine::decide(&self.policy, &observed, &signal, &mut self.history, now_ms).replicas
+        let wanted =
+            engine::decide(&self.policy, &observed, &signal, &mut self.history, now_ms).replicas;
+        self.drained(now_ms, view, wanted)
+    }
+
+    fn out_of_rotation(&self) -> Option<&BTreeSet<String>> {
+        self.spec.drain().map(|_| &self.out)
+    }
+}
+
+impl LlmscalerPolicy {
+    /// `spec.replicas` after the drain's step on a recommendation of `wanted`.
+    fn drained(&mut self, now_ms: i64, view: &View<'_>, wanted: i32) -> i32 {
+        let Some(config) = self.spec.drain() else {
+            return wanted;
+        };
+        let spec_replicas = view.spec_replicas;
+        let remove_now = spec_replicas - wanted;
+        if let Some((victims, started_ms)) = self.drain.clone() {
+            let live: Vec<String> = victims
+                .into_iter()
+                .filter(|v| view.pods.iter().any(|p| &p.name == v))
+                .collect();
+            #[allow(clippy::cast_precision_loss)]
+            let readings: BTreeMap<String, f64> = live
+                .iter()
+                .map(|v| (v.clone(), view.cluster.in_flight(v).unwrap_or(0) as f64))
+                .collect();
+            let drain_ms = i64::from(config.effective_drain_seconds()) * 1000;
+            match drain::next(true, &live, &readings, remove_now, now_ms - started_ms, drain_ms) {
+                Next::Wait => return spec_replicas,
+                Next::Cancel => {
+                    self.drain = None;
+                    self.out.clear();
+                    return wanted;
+                }
+                Next::Finish { remove, .. } => {
+                    self.drain = None;
+                    let n = i32::try_from(remove.len()).unwrap_or(0);
+                    self.out = remove.into_iter().collect();
+                    return spec_replicas - n;
+                }
+                Next::Vanished => self.drain = None,
+            }
+        }
+        self.out.clear();
+        if remove_now <= 0 {
+            return wanted;
+        }
+        // The newest pods go first (names are numbered in creation order).
+        let mut names: Vec<String> = view.pods.iter().map(|p| p.name.clone()).collect();
+        names.sort();
+        let n = usize::try_from(remove_now).unwrap_or(0).min(names.len());
+        let victims = names.split_off(names.len() - n);
+        self.out = victims.iter().cloned().collect();
+        self.drain = Some((victims, now_ms));
+        spec_replicas
     }
 }

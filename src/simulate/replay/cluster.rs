@@ -1,6 +1,8 @@
 //! The target's pods: created by a scale-up, Ready after the start-up delay, removed by a
-//! scale-down the way a ReplicaSet picks (not-yet-Ready pods first, then the most recently
-//! Ready), and the load model's fleet serving on the Ready ones.
+//! scale-down the way a ReplicaSet picks (not-yet-Ready pods first, then those a drain took out
+//! of rotation (marked with pod-deletion-cost), then the most recently Ready), and the load
+//! model's fleet serving on the Ready ones in rotation. A removed pod's requests get the
+//! model's termination grace (`drain_s`), then are dropped.
 
 use std::collections::BTreeSet;
 
@@ -29,6 +31,11 @@ pub struct Cluster {
     counted_ms: i64,
     /// Names Ready as last told to the fleet.
     ready_set: BTreeSet<String>,
+    /// Pods out of the Service's rotation (a drain): Ready, serving what they hold, taking
+    /// nothing new.
+    out: BTreeSet<String>,
+    /// Names in rotation as last told to the fleet.
+    routable_set: BTreeSet<String>,
 }
 
 impl Cluster {
@@ -43,6 +50,8 @@ impl Cluster {
             replica_ms: 0.0,
             counted_ms: 0,
             ready_set: BTreeSet::new(),
+            out: BTreeSet::new(),
+            routable_set: BTreeSet::new(),
         };
         for _ in 0..initial {
             c.add_pod(0);
@@ -140,10 +149,29 @@ impl Cluster {
             .filter(|p| p.ready_ms <= self.now_ms)
             .map(|p| p.name.clone())
             .collect();
-        if ready != self.ready_set {
-            self.fleet.set_ready(ms_to_s(self.now_ms), &ready);
+        self.out.retain(|name| self.pods.iter().any(|p| &p.name == name));
+        let routable: BTreeSet<String> = ready.difference(&self.out).cloned().collect();
+        if ready != self.ready_set || routable != self.routable_set {
+            self.fleet.set_pods(ms_to_s(self.now_ms), &routable, &ready);
             self.ready_set = ready;
+            self.routable_set = routable;
         }
+    }
+
+    /// Takes `names` out of rotation at `now_ms` (the rest back in): they finish what they hold
+    /// and take nothing new (docs/scale-down.md#drain).
+    pub fn set_out_of_rotation(&mut self, now_ms: i64, names: &BTreeSet<String>) {
+        if *names == self.out {
+            return;
+        }
+        self.account(now_ms);
+        self.out = names.clone();
+        self.sync_ready();
+    }
+
+    /// Requests (waiting + running) held by pod `name`, `None` when it serves none (not Ready).
+    pub fn in_flight(&self, name: &str) -> Option<usize> {
+        self.fleet.in_flight(name)
     }
 
     /// Sets `spec.replicas` to `wanted` at `now_ms`.
@@ -154,13 +182,16 @@ impl Cluster {
             self.add_pod(now_ms + self.startup_ms);
         }
         if self.pods.len() > wanted {
-            // ReplicaSet order: not Ready first, then the most recently Ready; newest first.
+            // ReplicaSet order: not Ready first, then the lowest pod-deletion-cost (the pods a
+            // drain took out of rotation), then the most recently Ready; newest first.
             let now = self.now_ms;
+            let out = &self.out;
             self.pods.sort_by(|a, b| {
                 let a_ready = a.ready_ms <= now;
                 let b_ready = b.ready_ms <= now;
                 a_ready
                     .cmp(&b_ready)
+                    .then(out.contains(&b.name).cmp(&out.contains(&a.name)))
                     .then(b.ready_ms.cmp(&a.ready_ms))
                     .then(b.name.cmp(&a.name))
             });

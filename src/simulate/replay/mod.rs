@@ -60,6 +60,11 @@ pub trait Autoscaler {
     fn warm_start(&mut self, _replicas: i32) {}
     /// The `spec.replicas` to have after a sync at `now_ms`.
     fn decide(&mut self, now_ms: i64, view: &View<'_>) -> i32;
+    /// The pods the policy keeps out of the Service's rotation after its last sync (a drain,
+    /// docs/scale-down.md#drain); `None` when it never drains. A scale-down removes them first.
+    fn out_of_rotation(&self) -> Option<&std::collections::BTreeSet<String>> {
+        None
+    }
 }
 
 /// One point of the replica timeline.
@@ -161,6 +166,9 @@ pub fn run(
             let ready = view.ready_replicas;
             let before = view.spec_replicas;
             let wanted = policy.decide(t, &view).max(0);
+            if let Some(out) = policy.out_of_rotation() {
+                cluster.set_out_of_rotation(t, out);
+            }
             if wanted != before {
                 scale_events += 1;
                 cluster.scale(t, wanted);

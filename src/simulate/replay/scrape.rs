@@ -63,11 +63,12 @@ fn write_pod(store: &mut Store, base: &Labels, m: &ReplicaMetrics, t_ms: i64) {
     }
 }
 
-/// One scrape of every Ready pod at `t_ms`.
+/// One scrape of every Ready pod at `t_ms` (pods out of rotation included: they still serve
+/// `/metrics`).
 pub fn scrape(cluster: &Cluster, labels: &SeriesLabels, store: &mut Store, t_ms: i64) {
     let mut base: Labels = labels.iter().cloned().collect();
     let ready = cluster.ready_names();
-    for m in cluster.fleet().metrics() {
+    for m in cluster.fleet().metrics_alive() {
         base.insert("pod".to_string(), m.name.clone());
         write_pod(store, &base, &m, t_ms);
     }

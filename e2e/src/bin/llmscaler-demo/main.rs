@@ -213,6 +213,7 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
             speed: args.speed,
             namespace: ns.to_string(),
             selector: format!("app={WORKLOAD}"),
+            service: None,
             params: args.model.params(),
             listen: "127.0.0.1:0".parse()?,
         },
@@ -332,6 +333,7 @@ fn offline_replay(
         initial_replicas: Some(args.initial_replicas.max(1)),
         compare: Vec::new(),
         tail_seconds: args.tail_seconds as f64 * args.speed,
+        termination_grace_seconds: args.model.params().drain_s,
     };
     let report =
         llmscaler::simulate::compare::run(&scaler, &served, &options, args.scale, args.seed)?;
