@@ -211,7 +211,10 @@ fn run_requests(
         return fail(EXIT_INVALID, "--tail-seconds must be 0 or more");
     }
     if !(args.termination_grace_seconds.is_finite() && args.termination_grace_seconds >= 0.0) {
-        return fail(EXIT_INVALID, "--termination-grace-seconds must be 0 or more");
+        return fail(
+            EXIT_INVALID,
+            "--termination-grace-seconds must be 0 or more",
+        );
     }
     let compare = match simulate::compare::Comparator::parse_list(&args.compare) {
         Ok(c) => c,

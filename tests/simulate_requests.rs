@@ -147,7 +147,9 @@ fn the_drain_variant_drops_nothing_where_the_plain_scale_down_drops_requests() {
     )
     .expect("the drain variant");
     let plain: String = {
-        let cut = variant.find("    # Take the pods to remove").expect("the drain block");
+        let cut = variant
+            .find("    # Take the pods to remove")
+            .expect("the drain block");
         variant[..cut].to_owned()
     };
     assert!(!plain.contains("drain:") && variant.contains("drainSeconds"));

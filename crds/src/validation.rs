@@ -627,7 +627,9 @@ fn validate_drain(spec: &LLMScalerSpec, drain: &crate::types::Drain, errors: &mu
             ),
         ));
     }
-    if spec.scale_down.as_ref().and_then(|s| s.behavior) == Some(crate::types::ScaleDownBehavior::None) {
+    if spec.scale_down.as_ref().and_then(|s| s.behavior)
+        == Some(crate::types::ScaleDownBehavior::None)
+    {
         errors.push(FieldError::new(
             "spec.scaleDown.drain",
             "drain needs behavior: CacheAware (the drained pods must be the ones the ReplicaSet              deletes)",
@@ -950,7 +952,11 @@ mod tests {
         let errors = validate_spec(&spec);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].path, "spec.scaleDown.drain");
-        assert!(errors[0].message.contains("apps/v1 Deployment, not leaderworkerset.x-k8s.io/v1 LeaderWorkerSet"));
+        assert!(
+            errors[0]
+                .message
+                .contains("apps/v1 Deployment, not leaderworkerset.x-k8s.io/v1 LeaderWorkerSet")
+        );
         let mut spec = valid();
         spec.scale_down = Some(ScaleDown {
             behavior: Some(ScaleDownBehavior::None),

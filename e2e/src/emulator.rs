@@ -123,7 +123,10 @@ impl Inner {
         if self.began.is_some() {
             self.replay.run_until(&mut self.fleet, t);
         }
-        let seen = (self.pods.routable.clone(), self.pods.alive.keys().cloned().collect());
+        let seen = (
+            self.pods.routable.clone(),
+            self.pods.alive.keys().cloned().collect(),
+        );
         if seen != self.applied {
             self.fleet
                 .set_pods(t.max(self.fleet.now_s()), &seen.0, &seen.1);
@@ -420,10 +423,7 @@ impl PodSource {
             .flat_map(|slice| slice.endpoints.iter())
             .filter(|e| {
                 // `ready` unset means ready (discovery.k8s.io/v1).
-                e.conditions
-                    .as_ref()
-                    .and_then(|c| c.ready)
-                    .unwrap_or(true)
+                e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)
             })
             .filter_map(|e| e.target_ref.as_ref())
             .filter(|r| r.kind.as_deref() == Some("Pod"))

@@ -586,15 +586,17 @@ mod tests {
             prompt_tokens: 100,
             output_tokens: 300,
         };
-        let set = |names: &[&str]| -> BTreeSet<String> {
-            names.iter().map(|s| s.to_string()).collect()
-        };
+        let set =
+            |names: &[&str]| -> BTreeSet<String> { names.iter().map(|s| s.to_string()).collect() };
         // Out of rotation: a keeps serving what it holds, new arrivals go to b only.
         let mut fleet = Fleet::new(params);
         fleet.set_ready(0.0, &set(&["a", "b"]));
         fleet.arrive(long(0.0));
         fleet.arrive(long(0.0));
-        assert_eq!((fleet.in_flight("a"), fleet.in_flight("b")), (Some(1), Some(1)));
+        assert_eq!(
+            (fleet.in_flight("a"), fleet.in_flight("b")),
+            (Some(1), Some(1))
+        );
         fleet.set_pods(0.5, &set(&["b"]), &set(&["a", "b"]));
         fleet.arrive(long(0.6));
         assert_eq!(fleet.in_flight("a"), Some(1));

@@ -180,7 +180,9 @@ pub async fn carry_out<E>(
     let readings = in_flight.as_ref().cloned().unwrap_or_default();
     match next(enabled, &live, &readings, remove_now, elapsed_ms, drain_ms) {
         Next::Cancel => {
-            if let Err(err) = set_rotation(ctx, (namespace.as_str(), name.as_str()), &live, ROTATION_IN).await {
+            if let Err(err) =
+                set_rotation(ctx, (namespace.as_str(), name.as_str()), &live, ROTATION_IN).await
+            {
                 return failed(&namespace, &name, &err);
             }
             state.drain = None;
@@ -233,7 +235,9 @@ pub async fn carry_out<E>(
             ))
         }
         Next::Finish { remove, back } => {
-            if let Err(err) = set_rotation(ctx, (namespace.as_str(), name.as_str()), &back, ROTATION_IN).await {
+            if let Err(err) =
+                set_rotation(ctx, (namespace.as_str(), name.as_str()), &back, ROTATION_IN).await
+            {
                 return failed(&namespace, &name, &err);
             }
             let to = target.spec_replicas - i32::try_from(remove.len()).unwrap_or(0);
@@ -249,7 +253,10 @@ pub async fn carry_out<E>(
             if outcome != WriteOutcome::Wrote {
                 // Lowering failed: the pods stay out of rotation and the next sync tries again.
                 state.drain = Some(DrainState {
-                    victims: plan.write.as_ref().map_or(drain.victims, |w| w.drained.clone()),
+                    victims: plan
+                        .write
+                        .as_ref()
+                        .map_or(drain.victims, |w| w.drained.clone()),
                     ..drain
                 });
             }
@@ -277,13 +284,28 @@ async fn start<E>(
     if remove == 0 || spec.drain().is_none() {
         return act::carry_out(ctx, scaler, spec, observed, plan, state).await;
     }
-    let choice =
-        match act::choose_victims(ctx, spec, (namespace.as_str(), name.as_str()), target, remove, state).await {
-            Ok(choice) => choice,
-            Err(err) => return failed(&namespace, &name, &err),
-        };
+    let choice = match act::choose_victims(
+        ctx,
+        spec,
+        (namespace.as_str(), name.as_str()),
+        target,
+        remove,
+        state,
+    )
+    .await
+    {
+        Ok(choice) => choice,
+        Err(err) => return failed(&namespace, &name, &err),
+    };
     let victims = choice.plan.victims;
-    if let Err(err) = set_rotation(ctx, (namespace.as_str(), name.as_str()), &victims, ROTATION_OUT).await {
+    if let Err(err) = set_rotation(
+        ctx,
+        (namespace.as_str(), name.as_str()),
+        &victims,
+        ROTATION_OUT,
+    )
+    .await
+    {
         return failed(&namespace, &name, &err);
     }
     let seconds = spec.drain().map_or(0, |d| d.effective_drain_seconds());
@@ -376,9 +398,14 @@ async fn set_rotation(
         return Ok(());
     }
     let api = kube::Api::namespaced(ctx.client.clone(), namespace);
-    let patched =
-        victims::set_rotation(&api, pods, value, &format!("{namespace}/{name}"), &ctx.leadership)
-            .await?;
+    let patched = victims::set_rotation(
+        &api,
+        pods,
+        value,
+        &format!("{namespace}/{name}"),
+        &ctx.leadership,
+    )
+    .await?;
     for _ in 0..patched {
         ctx.telemetry.count_write(namespace, name, "rotation");
     }
@@ -430,7 +457,10 @@ mod tests {
             }
         );
         // A zero read before the EndpointSlices settle is not trusted.
-        assert_eq!(next(true, &live, &idle, 2, SETTLE_MS - 1, 120_000), Next::Wait);
+        assert_eq!(
+            next(true, &live, &idle, 2, SETTLE_MS - 1, 120_000),
+            Next::Wait
+        );
         // The budget ends the wait whatever is in flight.
         assert_eq!(
             next(true, &live, &busy, 2, 120_000, 120_000),

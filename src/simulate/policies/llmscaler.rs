@@ -116,7 +116,14 @@ impl LlmscalerPolicy {
                 .map(|v| (v.clone(), view.cluster.in_flight(v).unwrap_or(0) as f64))
                 .collect();
             let drain_ms = i64::from(config.effective_drain_seconds()) * 1000;
-            match drain::next(true, &live, &readings, remove_now, now_ms - started_ms, drain_ms) {
+            match drain::next(
+                true,
+                &live,
+                &readings,
+                remove_now,
+                now_ms - started_ms,
+                drain_ms,
+            ) {
                 Next::Wait => return spec_replicas,
                 Next::Cancel => {
                     self.drain = None;

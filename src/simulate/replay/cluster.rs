@@ -149,7 +149,8 @@ impl Cluster {
             .filter(|p| p.ready_ms <= self.now_ms)
             .map(|p| p.name.clone())
             .collect();
-        self.out.retain(|name| self.pods.iter().any(|p| &p.name == name));
+        self.out
+            .retain(|name| self.pods.iter().any(|p| &p.name == name));
         let routable: BTreeSet<String> = ready.difference(&self.out).cloned().collect();
         if ready != self.ready_set || routable != self.routable_set {
             self.fleet.set_pods(ms_to_s(self.now_ms), &routable, &ready);
