@@ -19,7 +19,10 @@ use std::process::ExitCode;
 use crate::process::fail;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use llmscaler_api::names::{FIELD_MANAGER, PAUSED_ANNOTATION, POD_DELETION_COST};
+use llmscaler_api::names::{
+    DRAIN_FIELD_MANAGER, FIELD_MANAGER, PAUSED_ANNOTATION, POD_DELETION_COST, ROTATION_IN,
+    ROTATION_LABEL, ROTATION_OUT,
+};
 use llmscaler_api::{LLMScaler, ScalerMode, TargetRef};
 use serde_json::{Value, json};
 
@@ -100,6 +103,9 @@ pub struct Released {
     pub owners_left: Vec<String>,
     /// Pods on which `llmscaler`'s fields (its `pod-deletion-cost` marks) were cleared.
     pub pods_cleared: Vec<String>,
+    /// Pods a drain had taken out of the Service's rotation, put back in
+    /// (docs/scale-down.md#drain).
+    pub pods_returned: Vec<String>,
 }
 
 /// The `TargetRef` of a `--target` value.
@@ -226,6 +232,39 @@ pub async fn release(
             .await
             .map_err(api_error("list the pods of"))?;
         let params = PatchParams::apply(FIELD_MANAGER);
+        for pod in &list.items {
+            // A drain left behind: back into rotation, or the pod would never serve again.
+            let out = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROTATION_LABEL));
+            let Some(name) = pod
+                .metadata
+                .name
+                .clone()
+                .filter(|_| out.map(String::as_str) == Some(ROTATION_OUT))
+            else {
+                continue;
+            };
+            let body = json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {ROTATION_LABEL: ROTATION_IN}},
+            });
+            pods.patch(
+                &name,
+                &PatchParams::apply(DRAIN_FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(|source| ReleaseError::Api {
+                operation: format!("put pod {namespace}/{name} back in rotation"),
+                source,
+            })?;
+            released.pods_returned.push(name);
+        }
         for pod in list.items {
             let owned = pod
                 .metadata
@@ -338,6 +377,12 @@ pub fn run(args: &ReleaseArgs) -> ExitCode {
                     format!(": {}", released.pods_cleared.join(", "))
                 }
             );
+            if !released.pods_returned.is_empty() {
+                println!(
+                    "  pods back in rotation ({ROTATION_LABEL}={ROTATION_IN}): {}",
+                    released.pods_returned.join(", ")
+                );
+            }
             ExitCode::from(EXIT_RELEASED)
         }
         Err(err @ (ReleaseError::StillScaled { .. } | ReleaseError::Target(_))) => {

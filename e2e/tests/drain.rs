@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use llmscaler_api::names::{ROTATION_IN, ROTATION_LABEL, ROTATION_OUT};
 use llmscaler_e2e::emulator::{Config, Emulator};
 use llmscaler_e2e::fixture::{SETUP_MANAGER, World};
@@ -399,6 +399,27 @@ async fn a_drain_survives_a_restart_and_load_coming_back_puts_the_pods_back() ->
         out_of_rotation(&pods).await? == drained,
         "the drained pods stay out of rotation across the restart"
     );
+    // A drained pod put back in rotation by hand is taken out again.
+    let first = drained.iter().next().cloned().unwrap_or_default();
+    pods.patch(
+        &first,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {ROTATION_LABEL: ROTATION_IN}}})),
+    )
+    .await?;
+    wait_for(
+        "the relabelled pod out of rotation again",
+        DEADLINE,
+        || async {
+            let out = out_of_rotation(&pods).await?;
+            Ok(if out == drained {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("out {out:?}"))
+            })
+        },
+    )
+    .await?;
     let walk = recorder.replica_walk()?;
     anyhow::ensure!(walk == vec![8], "nothing lowered while draining: {walk:?}");
 

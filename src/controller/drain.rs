@@ -170,6 +170,31 @@ pub async fn carry_out<E>(
         .filter(|v| listed.iter().any(|c| &c.name == *v))
         .cloned()
         .collect();
+    let mut drain = drain;
+    if enabled && remove_now > 0 {
+        // Someone put a drained pod back in rotation: take it out again, and wait afresh.
+        let back_in: Vec<String> = listed
+            .iter()
+            .filter(|c| live.contains(&c.name) && c.rotation.as_deref() != Some(ROTATION_OUT))
+            .map(|c| c.name.clone())
+            .collect();
+        if !back_in.is_empty() {
+            if let Err(err) = set_rotation(
+                ctx,
+                (namespace.as_str(), name.as_str()),
+                &back_in,
+                ROTATION_OUT,
+            )
+            .await
+            {
+                return failed(&namespace, &name, &err);
+            }
+            drain.started_ms = now_ms;
+            if let Some(d) = state.drain.as_mut() {
+                d.started_ms = now_ms;
+            }
+        }
+    }
     let elapsed_ms = now_ms - drain.started_ms;
     let in_flight = if enabled && remove_now > 0 && elapsed_ms >= SETTLE_MS && !live.is_empty() {
         read_in_flight(ctx, spec, &namespace, &live).await
