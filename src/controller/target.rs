@@ -3,7 +3,7 @@
 //! `DynamicObject` (docs/resource.md#targetref, docs/scaling.md steps 1–2,
 //! docs/writing-replicas.md).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::core::gvk::ParseGroupVersionError;
@@ -144,6 +144,56 @@ pub struct TargetState {
 }
 
 impl TargetState {
+    /// The labels that select the target's pods (docs/signals.md#ready-pods):
+    /// `spec.selector.matchLabels`, or for a LeaderWorkerSet its
+    /// `leaderworkerset.sigs.k8s.io/name` label.
+    ///
+    /// # Errors
+    /// A message when the kind has no such selector, or when it also has `matchExpressions`
+    /// (the pods could not be told from others by labels alone).
+    pub fn pod_selector(&self, kind: &str) -> Result<BTreeMap<String, String>, String> {
+        let selector = self.object.data.get("spec").and_then(|s| s.get("selector"));
+        if kind == "LeaderWorkerSet" && selector.is_none() {
+            let name = self.object.metadata.name.clone().unwrap_or_default();
+            return Ok(BTreeMap::from([(
+                "leaderworkerset.sigs.k8s.io/name".to_owned(),
+                name,
+            )]));
+        }
+        let Some(selector) = selector else {
+            return Err(format!(
+                "{kind} has no spec.selector.matchLabels to find its pods; runtime signals and \
+                 perPod queries need one"
+            ));
+        };
+        if selector
+            .get("matchExpressions")
+            .and_then(|e| e.as_array())
+            .is_some_and(|e| !e.is_empty())
+        {
+            return Err(format!(
+                "{kind} selects its pods with matchExpressions; runtime signals and perPod \
+                 queries need spec.selector.matchLabels only"
+            ));
+        }
+        let labels: BTreeMap<String, String> = selector
+            .get("matchLabels")
+            .and_then(|m| m.as_object())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if labels.is_empty() {
+            return Err(format!(
+                "{kind} has an empty spec.selector.matchLabels; runtime signals and perPod \
+                 queries need one"
+            ));
+        }
+        Ok(labels)
+    }
+
     /// The engine's view of the target.
     pub fn observation(&self) -> Observation {
         Observation {
