@@ -119,8 +119,10 @@ pub struct LLMScalerSpec {
     #[schemars(range(min = 0, max = 2147483647))]
     pub max_replicas: i32,
 
-    /// PromQL queries, each returning exactly one series, with a target value per replica. The
-    /// largest recommendation across entries wins. Required (non-empty) under `Prometheus`;
+    /// Load signals, each with a target value per replica: PromQL queries returning exactly one
+    /// series, or runtime signals and `perPod` queries read over the target's Ready pods
+    /// (docs/signals.md). The largest recommendation across entries wins (a guardrail's only
+    /// while above its target). Required (non-empty) under `Prometheus`;
     /// at most 16 entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]

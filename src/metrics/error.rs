@@ -457,6 +457,9 @@ impl MetricError {
             MetricError::Egress { .. } => "MetricEgressRefused",
             MetricError::SecretHeader { .. } => "MetricSecretUnreadable",
             MetricError::Busy { .. } => "MetricBusy",
+            MetricError::LowCoverage { .. } => "MetricLowCoverage",
+            MetricError::NoReadyPods { .. } => "MetricNoReadyPods",
+            MetricError::NoPodSelector { .. } => "MetricNoPodSelector",
         }
     }
 }
