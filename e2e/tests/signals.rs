@@ -89,18 +89,19 @@ async fn coverage_hold_names_the_pod_whose_series_is_gone() -> anyhow::Result<()
         .wait_condition("chat", "ScalingActive", "True", "every metric", MINUTE)
         .await?;
 
-    // One pod's series disappears while the others read 0: averaging over what is left would
-    // scale down to 1. Coverage 0.9 of 4 pods needs all four: the scaler holds at 4 and names
+    // One pod's series disappears. Coverage 0.9 of 4 pods needs all four: once its last sample
+    // is older than two scrape intervals the metric is unmeasurable, the scaler holds and names
     // the missing pod.
     let gone = pods[2].clone();
-    let rest: Vec<(&str, f64)> = pods
-        .iter()
-        .filter(|p| **p != gone)
-        .map(|p| (p.as_str(), 0.0))
-        .collect();
+    let rest = |value: f64| -> Vec<(&str, f64)> {
+        pods.iter()
+            .filter(|p| **p != gone)
+            .map(|p| (p.as_str(), value))
+            .collect()
+    };
     world
         .exporter
-        .set(per_pod(&ns, "vllm:num_requests_waiting", &rest));
+        .set(per_pod(&ns, "vllm:num_requests_waiting", &rest(1.0)));
     let held = world
         .wait_condition("chat", "ScalingActive", "False", &gone, MINUTE)
         .await?;
@@ -111,7 +112,15 @@ async fn coverage_hold_names_the_pod_whose_series_is_gone() -> anyhow::Result<()
         "{message}"
     );
     ensure!(held["reason"] == "MetricsUnavailable", "{held}");
-    world.wait_syncs(0, 5).await?;
+    // The others read 0: averaging over the pods that are left would scale down to 1; the
+    // scaler keeps holding.
+    world
+        .exporter
+        .set(per_pod(&ns, "vllm:num_requests_waiting", &rest(0.0)));
+    world.wait_syncs(0, 8).await?;
+    world
+        .wait_condition("chat", "ScalingActive", "False", &gone, MINUTE)
+        .await?;
     ensure!(
         deployment.replica_walk()? == vec![4],
         "the fleet moved while the metric was unmeasurable: {:?}",
