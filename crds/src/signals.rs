@@ -121,7 +121,7 @@ pub fn pod_query(
         .map(|p| p.replace('.', "[.]"))
         .collect::<Vec<_>>()
         .join("|");
-    let namespace = namespace.replace('\\', "").replace('"', "");
+    let namespace = namespace.replace(['\\', '"'], "");
     build(
         published,
         &format!("namespace=\"{namespace}\",pod=~\"{pod_regex}\""),
@@ -180,8 +180,18 @@ pub fn parse_coverage(raw: Option<&str>) -> Result<f64, String> {
 /// a series without `pod` is refused at run time).
 pub fn drops_pod_label(query: &str) -> Option<String> {
     const AGGREGATIONS: [&str; 12] = [
-        "sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk",
-        "quantile", "count_values",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count",
+        "group",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
     ];
     let q = query.trim().trim_start_matches('(').trim_start();
     if q.parse::<f64>().is_ok() {
@@ -250,7 +260,12 @@ mod tests {
 
     #[test]
     fn every_runtime_publishes_waiting_and_running() {
-        for runtime in [Runtime::Vllm, Runtime::Sglang, Runtime::Llamacpp, Runtime::Tgi] {
+        for runtime in [
+            Runtime::Vllm,
+            Runtime::Sglang,
+            Runtime::Llamacpp,
+            Runtime::Tgi,
+        ] {
             for signal in [RuntimeSignal::Waiting, RuntimeSignal::Running] {
                 assert!(published(runtime, signal).is_ok(), "{runtime:?} {signal:?}");
             }

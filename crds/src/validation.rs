@@ -1080,17 +1080,24 @@ mod tests {
     fn errors_of(metrics: Vec<MetricSpec>) -> Vec<String> {
         let mut spec = valid();
         spec.metrics = Some(metrics);
-        validate_spec(&spec).into_iter().map(|e| e.to_string()).collect()
+        validate_spec(&spec)
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
     }
 
     #[test]
     fn runtime_signals_and_guardrails_are_checked_naming_the_field() {
-        let queue = metric(serde_json::json!({"runtime": "vllm", "signal": "waiting", "target": "3"}));
+        let queue =
+            metric(serde_json::json!({"runtime": "vllm", "signal": "waiting", "target": "3"}));
         let ttft = metric(serde_json::json!({
             "name": "ttft", "runtime": "vllm", "signal": "ttftP90", "role": "Guardrail",
             "coverage": "0.75", "scrapeIntervalSeconds": 15, "target": "2"
         }));
-        assert_eq!(errors_of(vec![queue.clone(), ttft.clone()]), Vec::<String>::new());
+        assert_eq!(
+            errors_of(vec![queue.clone(), ttft.clone()]),
+            Vec::<String>::new()
+        );
         let per_pod = metric(serde_json::json!({
             "name": "kv", "query": "max by (pod) (kv)", "perPod": true, "coverage": "1", "target": "0.8"
         }));
@@ -1145,7 +1152,10 @@ mod tests {
         );
         let errors = errors_of(vec![ttft]);
         assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(errors[0].starts_with("spec.metrics: every metric is a Guardrail"), "{errors:?}");
+        assert!(
+            errors[0].starts_with("spec.metrics: every metric is a Guardrail"),
+            "{errors:?}"
+        );
         // Unknown runtime or signal: refused by deserialization with the path.
         let text = r#"{"apiVersion":"autoscaling.modelsphere.dev/v1alpha1","kind":"LLMScaler",
             "metadata":{"name":"x"},"spec":{"targetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"v"},

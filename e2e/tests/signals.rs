@@ -183,12 +183,7 @@ async fn series_of_deleted_pods_never_hold_the_fleet_up() -> anyhow::Result<()> 
     ensure!(survivor.len() == 1, "pods after scale-down: {survivor:?}");
     let mut after: Vec<(&str, f64)> = pods
         .iter()
-        .map(|p| {
-            (
-                p.as_str(),
-                if *p == survivor[0] { 0.3 } else { 100.0 },
-            )
-        })
+        .map(|p| (p.as_str(), if *p == survivor[0] { 0.3 } else { 100.0 }))
         .collect();
     after.push((ghost, 100.0));
     world

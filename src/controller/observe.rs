@@ -83,7 +83,11 @@ pub async fn observe(
         Ok(source) => source,
         Err(err) => return Observation::SourceFailed(err),
     };
-    let pods = if spec.metrics().iter().any(llmscaler_api::MetricSpec::is_per_pod) {
+    let pods = if spec
+        .metrics()
+        .iter()
+        .any(llmscaler_api::MetricSpec::is_per_pod)
+    {
         Some(ready_pods(ctx, &target, &target_ref.kind, namespace).await)
     } else {
         None
@@ -121,6 +125,10 @@ async fn ready_pods(
         .map_err(|e| e.to_string())?;
     Ok(PodSet {
         namespace: namespace.to_owned(),
-        ready: pods.into_iter().filter(|p| p.ready).map(|p| p.name).collect(),
+        ready: pods
+            .into_iter()
+            .filter(|p| p.ready)
+            .map(|p| p.name)
+            .collect(),
     })
 }

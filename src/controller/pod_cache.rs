@@ -169,12 +169,9 @@ pub fn strip(pod: &mut Pod) {
         annotations.retain(|k, _| k == POD_DELETION_COST);
     }
     let ready: Option<Vec<PodCondition>> = pod.status.as_ref().and_then(|s| {
-        s.conditions.as_ref().map(|c| {
-            c.iter()
-                .filter(|c| c.type_ == "Ready")
-                .cloned()
-                .collect()
-        })
+        s.conditions
+            .as_ref()
+            .map(|c| c.iter().filter(|c| c.type_ == "Ready").cloned().collect())
     });
     pod.status = Some(PodStatus {
         conditions: ready,
@@ -235,8 +232,14 @@ mod tests {
         assert_eq!(before.deletion_cost.as_deref(), Some("-100"));
         assert!(p.spec.is_none() && p.metadata.managed_fields.is_none());
         assert_eq!(p.metadata.annotations.as_ref().map(BTreeMap::len), Some(1));
-        assert!(matches(&p, &BTreeMap::from([("app".into(), "vllm".into())])));
-        assert!(!matches(&p, &BTreeMap::from([("app".into(), "other".into())])));
+        assert!(matches(
+            &p,
+            &BTreeMap::from([("app".into(), "vllm".into())])
+        ));
+        assert!(!matches(
+            &p,
+            &BTreeMap::from([("app".into(), "other".into())])
+        ));
     }
 
     #[test]

@@ -609,7 +609,11 @@ fn guardrail_raises_or_holds_but_never_lowers() {
     ];
     for (spec, queue, ttft, want, reason) in rows {
         let label = format!("spec {spec} queue {queue} ttft {ttft:?}");
-        let d = run(&policy(1, 20), &settled(spec), &queue_and_guardrail(queue, ttft));
+        let d = run(
+            &policy(1, 20),
+            &settled(spec),
+            &queue_and_guardrail(queue, ttft),
+        );
         assert_eq!((d.replicas, d.reason), (want, reason), "{label}");
     }
 }
@@ -632,7 +636,10 @@ fn guardrail_alone_never_lowers_and_a_skipped_queue_still_holds() {
         },
     ]);
     let d = run(&policy(1, 20), &settled(6), &signal);
-    assert_eq!((d.replicas, d.recommendation, d.reason), (6, None, Reason::MetricsUnavailable));
+    assert_eq!(
+        (d.replicas, d.recommendation, d.reason),
+        (6, None, Reason::MetricsUnavailable)
+    );
     // The same with the guardrail above target: it raises (partial data may only go up).
     let Signal::Metrics(mut inputs) = signal else {
         unreachable!()

@@ -105,7 +105,10 @@ pub fn aggregate(
             subject: subject.clone(),
         });
     }
-    let reporting: Vec<f64> = ready.iter().filter_map(|p| samples.get(p).copied()).collect();
+    let reporting: Vec<f64> = ready
+        .iter()
+        .filter_map(|p| samples.get(p).copied())
+        .collect();
     let needed = coverage * ready.len() as f64;
     if (reporting.len() as f64) < needed - 1e-9 {
         let missing: Vec<&String> = ready.iter().filter(|p| !samples.contains_key(*p)).collect();
@@ -122,7 +125,11 @@ pub fn aggregate(
             more: missing.len().saturating_sub(MAX_MISSING_PODS),
         });
     }
-    let finite: Vec<f64> = reporting.iter().copied().filter(|v| v.is_finite()).collect();
+    let finite: Vec<f64> = reporting
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
     if finite.is_empty() {
         let shown = match reporting.iter().find(|v| !v.is_nan()) {
             Some(v) if *v > 0.0 => "+Inf",
@@ -203,8 +210,8 @@ mod tests {
 
     #[test]
     fn no_ready_pod_is_its_own_error() {
-        let err = aggregate(&subject(), &samples(&[("a", 1.0)]), &set(&[]), 0.5)
-            .expect_err("empty");
+        let err =
+            aggregate(&subject(), &samples(&[("a", 1.0)]), &set(&[]), 0.5).expect_err("empty");
         assert_eq!(err.kind(), "no_ready_pods");
     }
 }

@@ -435,7 +435,10 @@ impl SampleSink for PodSampleSink<'_> {
         }
         let raw = sample_value(self.subject, &sample)?;
         let value: f64 = raw.trim().parse().map_err(|_| {
-            bad(format!("a sample value is not a number ({} bytes)", raw.len()))
+            bad(format!(
+                "a sample value is not a number ({} bytes)",
+                raw.len()
+            ))
         })?;
         if self.values.insert(pod, value).is_some() {
             return Err(bad(
@@ -767,7 +770,10 @@ mod tests {
                 .is_empty()
         );
         for (result, text) in [
-            (r#"[{"metric":{"app":"x"},"value":[1,"3"]}]"#, "has no `pod` label"),
+            (
+                r#"[{"metric":{"app":"x"},"value":[1,"3"]}]"#,
+                "has no `pod` label",
+            ),
             (
                 r#"[{"metric":{"pod":"a"},"value":[1,"3"]},{"metric":{"pod":"a"},"value":[1,"4"]}]"#,
                 "more than one series",
@@ -776,7 +782,8 @@ mod tests {
             let body = format!(
                 r#"{{"status":"success","data":{{"resultType":"vector","result":{result}}}}}"#
             );
-            let err = decode_pod_samples(&subject(), &reply(200, &body), &wanted).expect_err(result);
+            let err =
+                decode_pod_samples(&subject(), &reply(200, &body), &wanted).expect_err(result);
             assert_eq!(err.kind(), "bad_reply");
             assert!(err.to_string().contains(text), "{err}");
             assert!(!err.to_string().contains("other-tenant"), "{err}");

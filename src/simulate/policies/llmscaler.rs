@@ -71,15 +71,14 @@ impl LlmscalerPolicy {
         } else {
             (Subject::Query(metric.query.clone()), fleet_expr.clone())
         };
-        let samples: BTreeMap<String, f64> = match promql::eval::eval(&expr, view.store, now_ms)
-            .map_err(|e| e.to_string())?
-        {
-            Value::Vector(v) => v
-                .into_iter()
-                .filter_map(|(labels, x)| labels.get("pod").map(|p| (p.clone(), x)))
-                .collect(),
-            _ => return Err("a per-pod query must return an instant vector".to_owned()),
-        };
+        let samples: BTreeMap<String, f64> =
+            match promql::eval::eval(&expr, view.store, now_ms).map_err(|e| e.to_string())? {
+                Value::Vector(v) => v
+                    .into_iter()
+                    .filter_map(|(labels, x)| labels.get("pod").map(|p| (p.clone(), x)))
+                    .collect(),
+                _ => return Err("a per-pod query must return an instant vector".to_owned()),
+            };
         let coverage =
             parse_coverage(metric.coverage.as_deref()).unwrap_or(signals::DEFAULT_COVERAGE);
         per_pod::aggregate(&subject, &samples, &pods.ready, coverage).map_err(|e| e.to_string())
