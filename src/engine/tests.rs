@@ -590,7 +590,8 @@ fn queue_and_guardrail(queue: f64, ttft: Result<f64, String>) -> Signal<String> 
 #[test]
 fn guardrail_raises_or_holds_but_never_lowers() {
     let nan = || Err::<f64, String>("returned NaN".into());
-    let rows: Vec<(i32, f64, Result<f64, String>, i32, Reason)> = vec![
+    type Row = (i32, f64, Result<f64, String>, i32, Reason);
+    let rows: Vec<Row> = vec![
         // Queue low, TTFT above target: the scale-down the queue wants is held.
         (4, 0.5, Ok(1.2), 5, Reason::ScaledUp),
         (4, 1.0, Ok(1.01), 5, Reason::ScaledUp),
