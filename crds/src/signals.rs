@@ -16,7 +16,7 @@ pub const DEFAULT_SCRAPE_INTERVAL_SECONDS: i32 = 30;
 /// The quantile of the `ttftP90` signal.
 pub const TTFT_QUANTILE: f64 = 0.9;
 
-/// Shortest `rate()` window of the `ttftP90` signal, seconds (docs/signals.md#signals).
+/// Shortest `rate()` window of the `ttftP90` signal, seconds (docs/signals.md#runtimes).
 pub const TTFT_MIN_WINDOW_SECONDS: i64 = 60;
 
 /// How a runtime publishes one signal.

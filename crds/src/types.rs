@@ -264,7 +264,7 @@ pub struct MetricSpec {
     /// The runtime signal: `waiting` (queued requests per pod), `running` (requests in the
     /// batch per pod), `kvCacheUsage` (KV-cache use per pod, ratio 0..1) or `ttftP90` (P90
     /// time to first token over the last minute per pod, seconds). Averaged over the target's
-    /// current Ready pods (docs/signals.md#signals).
+    /// current Ready pods (docs/signals.md#runtimes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<RuntimeSignal>,
     /// The `query` returns one series per pod (each with a `pod` label) instead of one value:
@@ -311,7 +311,7 @@ pub enum Runtime {
     Tgi,
 }
 
-/// A load signal of a serving runtime, read per pod (docs/signals.md#signals).
+/// A load signal of a serving runtime, read per pod (docs/signals.md#runtimes).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum RuntimeSignal {
