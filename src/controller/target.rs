@@ -353,6 +353,43 @@ mod tests {
     }
 
     #[test]
+    fn pod_selector_is_match_labels_or_refused_naming_the_kind() {
+        let of = |kind: &str, spec: Value| {
+            state_of(
+                object(json!({
+                    "apiVersion": "x/v1", "kind": kind,
+                    "metadata": {"name": "w", "namespace": "ns"}, "spec": spec,
+                })),
+                kind,
+            )
+            .pod_selector(kind)
+        };
+        assert_eq!(
+            of(
+                "Deployment",
+                json!({"selector": {"matchLabels": {"app": "vllm"}}})
+            ),
+            Ok(BTreeMap::from([("app".to_owned(), "vllm".to_owned())]))
+        );
+        assert_eq!(
+            of("LeaderWorkerSet", json!({"replicas": 2})),
+            Ok(BTreeMap::from([(
+                "leaderworkerset.sigs.k8s.io/name".to_owned(),
+                "w".to_owned()
+            )]))
+        );
+        let no_selector = of("InferencePool", json!({"replicas": 2})).expect_err("none");
+        assert!(no_selector.starts_with("InferencePool has no spec.selector.matchLabels"));
+        let expressions = of(
+            "Deployment",
+            json!({"selector": {"matchLabels": {"app": "v"}, "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a"]}]}}),
+        )
+        .expect_err("expressions");
+        assert!(expressions.contains("matchExpressions"), "{expressions}");
+    }
+
+    #[test]
     fn reads_replicas_with_spec_defaults() {
         let state = state_of(
             object(json!({
