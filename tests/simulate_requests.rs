@@ -1,6 +1,7 @@
 //! `llmscaler simulate --requests`: the closed-loop replay on the shipped conversation trace
 //! (thinned with `--scale` to keep the debug build quick): report shape, determinism, and the
-//! errors for a query outside the PromQL subset and an unknown comparator.
+//! errors for a query outside the PromQL subset and an unknown comparator; runtime signals and a
+//! TTFT guardrail (docs/signals.md#in-the-replay).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -184,4 +185,81 @@ fn r_grace(report: &Option<serde_json::Value>) -> f64 {
     report.as_ref().expect("report")["termination_grace_seconds"]
         .as_f64()
         .expect("a number")
+}
+
+/// `SCALER` with `running` and `waiting` as vLLM runtime signals (docs/signals.md) instead of
+/// `avg(...)` queries, plus the `extra` metric entries.
+fn with_runtime_signals(extra: &str) -> String {
+    let signals = "  - name: running
+    runtime: vllm
+    signal: running
+    scrapeIntervalSeconds: 15
+    target: \"24\"
+  - name: waiting
+    runtime: vllm
+    signal: waiting
+    scrapeIntervalSeconds: 15
+    target: \"4\"
+";
+    let start = SCALER.find("  - name: running").expect("metrics");
+    let end = SCALER.find("  scaleDown:").expect("scaleDown");
+    format!("{}{signals}{extra}{}", &SCALER[..start], &SCALER[end..])
+}
+
+fn llmscaler_of(report: &serde_json::Value) -> (f64, i64) {
+    let p = &report["policies"]["llmscaler"];
+    (
+        p["replica_seconds"].as_f64().expect("replica_seconds"),
+        p["scale_events"].as_i64().expect("scale_events"),
+    )
+}
+
+#[test]
+fn runtime_signals_read_per_ready_pod_replay_like_the_equivalent_queries() {
+    let args = &["--scale", "1", "--seed", "7", "--compare", "ideal"];
+    let (code, _, stderr, queries) = run(SCALER, args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (code, _, stderr, signals) = run(&with_runtime_signals(""), args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    // The replay scrapes only Ready pods, every sample fresh: the average over the Ready pods
+    // that report is the fleet average, so the runs match (the `or vector(0)` of the query form
+    // only differs at zero pods, which minReplicas 1 never reaches).
+    let (queries, signals) = (queries.expect("report"), signals.expect("report"));
+    println!(
+        "queries {:?}, runtime signals {:?}",
+        llmscaler_of(&queries),
+        llmscaler_of(&signals)
+    );
+    assert!(
+        llmscaler_of(&queries).1 > 0,
+        "the run must scale for the comparison to mean something"
+    );
+    assert_eq!(llmscaler_of(&queries), llmscaler_of(&signals));
+}
+
+#[test]
+fn a_ttft_guardrail_above_target_holds_and_raises() {
+    let args = &["--scale", "0.3", "--seed", "7", "--compare", "ideal"];
+    let (code, _, stderr, base) = run(&with_runtime_signals(""), args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    // A 10 ms P90 objective is above target whenever a pod served a request in the window:
+    // the guardrail holds every scale-down then, and between requests (NaN) it does nothing.
+    let guard = "  - name: ttft
+    runtime: vllm
+    signal: ttftP90
+    role: Guardrail
+    scrapeIntervalSeconds: 15
+    target: \"0.01\"
+";
+    let (code, _, stderr, guarded) = run(&with_runtime_signals(guard), args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (base, guarded) = (
+        llmscaler_of(&base.expect("report")),
+        llmscaler_of(&guarded.expect("report")),
+    );
+    println!("without guardrail {base:?}, with {guarded:?}");
+    assert!(
+        guarded.0 > base.0,
+        "a guardrail above target holds and raises: {guarded:?} vs {base:?}"
+    );
 }

@@ -7,6 +7,7 @@ pub mod defaults;
 pub mod names;
 pub mod policy;
 pub mod schedule;
+pub mod signals;
 pub mod types;
 pub mod validation;
 
@@ -43,7 +44,10 @@ pub fn spec_warnings(spec: &LLMScalerSpec) -> Vec<String> {
     }
     if spec.effective_provider() == MetricProvider::Prometheus {
         for (i, metric) in spec.metrics().iter().enumerate() {
-            if !metric.query.trim().is_empty() && !is_aggregated(&metric.query) {
+            if !metric.is_per_pod()
+                && !metric.query.trim().is_empty()
+                && !is_aggregated(&metric.query)
+            {
                 warnings.push(format!(
                     "spec.metrics[{i}].query has no aggregation at its top; it must return exactly one series (wrap it in avg(...) or sum(...))"
                 ));

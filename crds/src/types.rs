@@ -119,8 +119,10 @@ pub struct LLMScalerSpec {
     #[schemars(range(min = 0, max = 2147483647))]
     pub max_replicas: i32,
 
-    /// PromQL queries, each returning exactly one series, with a target value per replica. The
-    /// largest recommendation across entries wins. Required (non-empty) under `Prometheus`;
+    /// Load signals, each with a target value per replica: PromQL queries returning exactly one
+    /// series, or runtime signals and `perPod` queries read over the target's Ready pods
+    /// (docs/signals.md). The largest recommendation across entries wins (a guardrail's only
+    /// while above its target). Required (non-empty) under `Prometheus`;
     /// at most 16 entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
@@ -235,22 +237,104 @@ pub struct CustomProvider {
     pub path: Option<String>,
 }
 
-/// One PromQL signal and the value per replica the fleet should run at.
+/// One load signal and the value per replica the fleet should run at: a PromQL `query`, or a
+/// serving runtime's `signal` read per pod over the target's Ready pods
+/// (docs/resource.md#metrics, docs/signals.md).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("has(self.query) ? !has(self.runtime) && !has(self.signal) : has(self.runtime) && has(self.signal)")
+        .message("set either query, or runtime and signal")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricSpec {
     /// Name shown in status, events and `simulate` columns. Default `metric<index>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// PromQL instant query returning exactly one series (aggregate with `avg(...)` or
-    /// `sum(...)`).
-    #[schemars(length(min = 1, max = 8192))]
+    /// `sum(...)`), or with `perPod: true` one series per pod, each with a `pod` label. Exactly
+    /// one of `query` and `runtime` + `signal`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 8192))]
     pub query: String,
+    /// The serving runtime whose per-pod `signal` is read: `vllm`, `sglang`, `llamacpp`, `tgi`
+    /// (docs/signals.md#runtimes). The operator builds the query from the target's namespace
+    /// and pod selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    /// The runtime signal: `waiting` (queued requests per pod), `running` (requests in the
+    /// batch per pod), `kvCacheUsage` (KV-cache use per pod, ratio 0..1) or `ttftP90` (P90
+    /// time to first token over the last minute per pod, seconds). Averaged over the target's
+    /// current Ready pods (docs/signals.md#runtimes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<RuntimeSignal>,
+    /// The `query` returns one series per pod (each with a `pod` label) instead of one value:
+    /// the operator keeps the series of the target's current Ready pods and averages them, with
+    /// the `coverage` rule (docs/signals.md#per-pod-queries). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_pod: Option<bool>,
+    /// `Normal` (default): the metric's recommendation may raise or lower replicas.
+    /// `Guardrail`: it may raise replicas or hold a scale-down while the value is above
+    /// `target`, but never lowers replicas; unmeasurable, it neither holds nor lowers
+    /// (docs/signals.md#guardrails).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<MetricRole>,
+    /// Share of the target's Ready pods that must report a fresh sample for a per-pod metric
+    /// (`runtime` or `perPod`) to be measured, a quoted number in (0, 1]. Below it the metric
+    /// is unmeasurable (the fleet may only go up) and the condition names the missing pods.
+    /// Default `"0.5"` (docs/signals.md#coverage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<String>,
+    /// Prometheus' scrape interval of the pods' metrics, seconds, 1 to 3600: a per-pod sample
+    /// older than two of them is stale and its pod counts as missing. Runtime signals only
+    /// (a `perPod` query sets its own windows). Default 30 (docs/signals.md#staleness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub scrape_interval_seconds: Option<i32>,
     /// Target value per replica, a quoted plain number on the query's own scale (`"0.8"`
-    /// against a 0-1 ratio, `"80"` against a 0-100 series). Finite and greater than zero; a `%`
-    /// suffix is refused.
+    /// against a 0-1 ratio, `"80"` against a 0-100 series, seconds for `ttftP90`). Finite and
+    /// greater than zero; a `%` suffix is refused.
     #[schemars(length(min = 1, max = 64))]
     pub target: String,
+}
+
+/// A serving runtime whose metrics the operator knows by name (docs/signals.md#runtimes).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// vLLM (`vllm:` metrics, V1 engine names).
+    Vllm,
+    /// SGLang (`sglang:` metrics).
+    Sglang,
+    /// llama.cpp's `llama-server` started with `--metrics` (`llamacpp:` metrics).
+    Llamacpp,
+    /// Hugging Face Text Generation Inference (`tgi_` metrics of its router).
+    Tgi,
+}
+
+/// A load signal of a serving runtime, read per pod (docs/signals.md#runtimes).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RuntimeSignal {
+    /// Requests queued, not yet in the batch, per pod.
+    Waiting,
+    /// Requests in the running batch, per pod.
+    Running,
+    /// KV-cache use per pod, ratio 0..1.
+    KvCacheUsage,
+    /// P90 time to first token over the last minute per pod, seconds.
+    #[serde(rename = "ttftP90")]
+    TtftP90,
+}
+
+/// What a metric may do to replicas (docs/signals.md#guardrails).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MetricRole {
+    /// Raises and lowers replicas; unmeasurable, the fleet may only go up.
+    #[default]
+    Normal,
+    /// Raises replicas or holds a scale-down while above its target; never lowers;
+    /// unmeasurable, it neither holds nor lowers.
+    Guardrail,
 }
 
 /// Scale-down damping and cache-aware teardown (docs/guards.md, docs/scale-down.md).
@@ -591,6 +675,28 @@ impl Drain {
 }
 
 impl MetricSpec {
+    /// Whether the metric is read per pod (a `runtime` signal or a `perPod` query) and
+    /// aggregated over the target's Ready pods by the operator.
+    pub fn is_per_pod(&self) -> bool {
+        self.runtime.is_some() || self.signal.is_some() || self.per_pod == Some(true)
+    }
+
+    /// The scrape interval in force, seconds (30 when unset).
+    pub fn effective_scrape_interval_seconds(&self) -> i32 {
+        self.scrape_interval_seconds
+            .unwrap_or(crate::signals::DEFAULT_SCRAPE_INTERVAL_SECONDS)
+    }
+
+    /// The role in force (`Normal` when unset).
+    pub fn effective_role(&self) -> MetricRole {
+        self.role.unwrap_or_default()
+    }
+
+    /// Whether the metric is a guardrail (docs/signals.md#guardrails).
+    pub fn is_guardrail(&self) -> bool {
+        self.effective_role() == MetricRole::Guardrail
+    }
+
     /// The metric's name, or `metric<index>` when unnamed (the `simulate` column name).
     pub fn display_name(&self, index: usize) -> String {
         match &self.name {

@@ -10,7 +10,8 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 
 use crate::policy::OperatorPolicy;
-use crate::types::{LLMScaler, LLMScalerSpec, MAX_METRICS, MetricProvider};
+use crate::signals;
+use crate::types::{LLMScaler, LLMScalerSpec, MAX_METRICS, MetricProvider, MetricSpec};
 
 /// One violated rule: the field path (`spec.metrics[1].target`) and why it is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -533,13 +534,13 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
             }
             let mut seen = std::collections::BTreeMap::new();
             for (i, metric) in metrics.iter().enumerate() {
-                if metric.query.trim().is_empty() {
-                    errors.push(FieldError::new(
-                        format!("spec.metrics[{i}].query"),
-                        "required: a PromQL query returning exactly one series",
-                    ));
-                }
+                validate_metric_source(i, metric, errors);
                 if let Err(message) = parse_target(&metric.target) {
+                    let message = if metric.is_guardrail() {
+                        format!("a guardrail needs a target (it holds while above it): {message}")
+                    } else {
+                        message
+                    };
                     errors.push(FieldError::new(
                         format!("spec.metrics[{i}].target"),
                         message,
@@ -552,6 +553,13 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                         format!("{name:?} is already the name of spec.metrics[{first}]"),
                     ));
                 }
+            }
+            if !metrics.is_empty() && metrics.iter().all(MetricSpec::is_guardrail) {
+                errors.push(FieldError::new(
+                    "spec.metrics",
+                    "every metric is a Guardrail: guardrails never lower replicas, so the fleet \
+                     could only grow; give at least one metric role Normal (docs/signals.md#guardrails)",
+                ));
             }
         }
         MetricProvider::Custom => match &spec.custom_provider {
@@ -568,6 +576,81 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                 }
             }
         },
+    }
+}
+
+/// `spec.metrics[i]`: a `query`, or `runtime` + `signal` the runtime publishes
+/// (docs/signals.md); `perPod` queries keep `pod`; `coverage` and `scrapeIntervalSeconds` only
+/// where they apply.
+fn validate_metric_source(i: usize, metric: &MetricSpec, errors: &mut Vec<FieldError>) {
+    let path = format!("spec.metrics[{i}]");
+    let has_query = !metric.query.trim().is_empty();
+    match (has_query, metric.runtime, metric.signal) {
+        (false, None, None) => errors.push(FieldError::new(
+            format!("{path}.query"),
+            "required: a PromQL query returning exactly one series, or runtime and signal \
+             (docs/signals.md)",
+        )),
+        (true, Some(_), _) | (true, _, Some(_)) => errors.push(FieldError::new(
+            format!("{path}.query"),
+            "set either query, or runtime and signal, not both",
+        )),
+        (false, Some(_), None) => errors.push(FieldError::new(
+            format!("{path}.signal"),
+            "required with runtime: waiting, running, kvCacheUsage or ttftP90",
+        )),
+        (false, None, Some(_)) => errors.push(FieldError::new(
+            format!("{path}.runtime"),
+            "required with signal: vllm, sglang, llamacpp or tgi",
+        )),
+        (false, Some(runtime), Some(signal)) => {
+            if let Err(why) = signals::published(runtime, signal) {
+                errors.push(FieldError::new(
+                    format!("{path}.signal"),
+                    format!(
+                        "runtime {} does not publish {}: {why}",
+                        signals::runtime_name(runtime),
+                        signals::signal_name(signal)
+                    ),
+                ));
+            }
+        }
+        (true, None, None) => {}
+    }
+    if metric.per_pod == Some(true)
+        && has_query
+        && let Some(why) = signals::drops_pod_label(&metric.query)
+    {
+        errors.push(FieldError::new(
+            format!("{path}.query"),
+            format!(
+                "perPod needs one series per pod, each with a `pod` label, but {why} \
+                 (docs/signals.md#per-pod-queries)"
+            ),
+        ));
+    }
+    if let Some(raw) = &metric.coverage {
+        if !metric.is_per_pod() {
+            errors.push(FieldError::new(
+                format!("{path}.coverage"),
+                "applies to per-pod metrics only (runtime and signal, or perPod: true)",
+            ));
+        } else if let Err(why) = signals::parse_coverage(Some(raw)) {
+            errors.push(FieldError::new(format!("{path}.coverage"), why));
+        }
+    }
+    if let Some(seconds) = metric.scrape_interval_seconds {
+        if metric.runtime.is_none() {
+            errors.push(FieldError::new(
+                format!("{path}.scrapeIntervalSeconds"),
+                "applies to runtime signals only (a perPod query sets its own windows)",
+            ));
+        } else if !(1..=3600).contains(&seconds) {
+            errors.push(FieldError::new(
+                format!("{path}.scrapeIntervalSeconds"),
+                format!("{seconds} must be between 1 and 3600 seconds"),
+            ));
+        }
     }
 }
 
@@ -716,6 +799,7 @@ mod tests {
                 name: None,
                 query: "avg(vllm:num_requests_waiting)".into(),
                 target: "0.5".into(),
+                ..Default::default()
             }]),
             sync_period_seconds: None,
             retry_period_seconds: None,
@@ -883,11 +967,13 @@ mod tests {
                 name: Some("queue".into()),
                 query: "avg(q)".into(),
                 target: "2".into(),
+                ..Default::default()
             },
             MetricSpec {
                 name: Some("kv".into()),
                 query: "avg(kv)".into(),
                 target: "80%".into(),
+                ..Default::default()
             },
         ]);
         let errors = validate_spec(&spec);
@@ -913,6 +999,7 @@ mod tests {
             name: None,
             query: " ".into(),
             target: "abc".into(),
+            ..Default::default()
         }]);
         spec.scale_down = Some(ScaleDown {
             stabilization_window_seconds: Some(-1),
@@ -1030,6 +1117,7 @@ mod tests {
             name: Some("queue".into()),
             query: "avg(q)".into(),
             target: "1".into(),
+            ..Default::default()
         };
         spec.metrics = Some(vec![metric.clone(), metric]);
         assert_eq!(paths(&spec), vec!["spec.metrics[1].name"]);
@@ -1081,5 +1169,97 @@ mod tests {
         let err = parse_llmscaler_yaml(yaml).expect_err("unknown provider");
         assert_eq!(err.0[0].path, "spec.metricProvider");
         assert!(err.0[0].message.contains("Datadog"), "{}", err.0[0].message);
+    }
+
+    fn metric(value: serde_json::Value) -> MetricSpec {
+        serde_json::from_value(value).expect("metric")
+    }
+
+    fn errors_of(metrics: Vec<MetricSpec>) -> Vec<String> {
+        let mut spec = valid();
+        spec.metrics = Some(metrics);
+        validate_spec(&spec)
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn runtime_signals_and_guardrails_are_checked_naming_the_field() {
+        let queue =
+            metric(serde_json::json!({"runtime": "vllm", "signal": "waiting", "target": "3"}));
+        let ttft = metric(serde_json::json!({
+            "name": "ttft", "runtime": "vllm", "signal": "ttftP90", "role": "Guardrail",
+            "coverage": "0.75", "scrapeIntervalSeconds": 15, "target": "2"
+        }));
+        assert_eq!(
+            errors_of(vec![queue.clone(), ttft.clone()]),
+            Vec::<String>::new()
+        );
+        let per_pod = metric(serde_json::json!({
+            "name": "kv", "query": "max by (pod) (kv)", "perPod": true, "coverage": "1", "target": "0.8"
+        }));
+        assert_eq!(errors_of(vec![per_pod]), Vec::<String>::new());
+
+        let cases: Vec<(serde_json::Value, &str)> = vec![
+            (
+                serde_json::json!({"runtime": "tgi", "signal": "kvCacheUsage", "target": "1"}),
+                "spec.metrics[0].signal: runtime tgi does not publish kvCacheUsage: TGI publishes no KV-cache gauge; use signal running (tgi_batch_current_size) with a target below the server's --max-batch-size",
+            ),
+            (
+                serde_json::json!({"runtime": "vllm", "target": "1"}),
+                "spec.metrics[0].signal: required with runtime: waiting, running, kvCacheUsage or ttftP90",
+            ),
+            (
+                serde_json::json!({"signal": "waiting", "target": "1"}),
+                "spec.metrics[0].runtime: required with signal: vllm, sglang, llamacpp or tgi",
+            ),
+            (
+                serde_json::json!({"query": "avg(x)", "runtime": "vllm", "signal": "waiting", "target": "1"}),
+                "spec.metrics[0].query: set either query, or runtime and signal, not both",
+            ),
+            (
+                serde_json::json!({"query": "sum(x)", "perPod": true, "target": "1"}),
+                "spec.metrics[0].query: perPod needs one series per pod, each with a `pod` label, but `sum(...)` without `by (pod)` drops the `pod` label; write `sum by (pod) (...)` (docs/signals.md#per-pod-queries)",
+            ),
+            (
+                serde_json::json!({"runtime": "vllm", "signal": "waiting", "coverage": "0", "target": "1"}),
+                "spec.metrics[0].coverage: \"0\" is not a share in (0, 1] of the Ready pods, e.g. \"0.5\" (no % suffix)",
+            ),
+            (
+                serde_json::json!({"query": "avg(x)", "coverage": "0.5", "target": "1"}),
+                "spec.metrics[0].coverage: applies to per-pod metrics only (runtime and signal, or perPod: true)",
+            ),
+            (
+                serde_json::json!({"query": "avg(x)", "scrapeIntervalSeconds": 15, "target": "1"}),
+                "spec.metrics[0].scrapeIntervalSeconds: applies to runtime signals only (a perPod query sets its own windows)",
+            ),
+        ];
+        for (raw, want) in cases {
+            let errors = errors_of(vec![metric(raw.clone())]);
+            assert_eq!(errors, vec![want.to_owned()], "{raw}");
+        }
+        // A guardrail without a usable target, and a spec of guardrails only.
+        let mut no_target = ttft.clone();
+        no_target.target = String::new();
+        let errors = errors_of(vec![queue, no_target]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("spec.metrics[1].target: a guardrail needs a target"),
+            "{errors:?}"
+        );
+        let errors = errors_of(vec![ttft]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("spec.metrics: every metric is a Guardrail"),
+            "{errors:?}"
+        );
+        // Unknown runtime or signal: refused by deserialization with the path.
+        let text = r#"{"apiVersion":"autoscaling.modelsphere.dev/v1alpha1","kind":"LLMScaler",
+            "metadata":{"name":"x"},"spec":{"targetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"v"},
+            "serverAddress":"http://p:9090","minReplicas":1,"maxReplicas":2,
+            "metrics":[{"runtime":"triton","signal":"waiting","target":"1"}]}}"#;
+        let err = parse_llmscaler_yaml(text).expect_err("unknown runtime");
+        assert_eq!(err.0[0].path, "spec.metrics[0].runtime");
     }
 }

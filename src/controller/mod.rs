@@ -18,6 +18,7 @@ pub mod drain;
 pub mod history;
 pub mod leadership;
 pub mod observe;
+pub mod pod_cache;
 pub mod report;
 pub mod state;
 pub mod target;
@@ -84,6 +85,9 @@ pub struct Context {
     pub resolver: Resolver,
     /// Watch caches of the targets (no request per steady sync).
     pub targets: target_cache::TargetCache,
+    /// Watch caches of the targets' pods, per namespace, started by the first per-pod metric
+    /// (docs/signals.md#ready-pods).
+    pub pods: pod_cache::PodCache,
     /// Publishes Events on LLMScalers.
     pub recorder: Recorder,
     /// The operator's own metrics.
@@ -133,7 +137,8 @@ impl Context {
             client,
             metrics_client,
             resolver: Resolver::default(),
-            targets: target_cache::TargetCache::new(targets_client, watch_namespace),
+            targets: target_cache::TargetCache::new(targets_client.clone(), watch_namespace),
+            pods: pod_cache::PodCache::new(targets_client),
             telemetry,
             clock: Arc::new(SystemClock),
             leadership,

@@ -6,6 +6,7 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, ValidationErrors, check_spec};
 
 use super::target::{self, TargetError, TargetState};
 use super::{Context, competitors};
+use crate::metrics::per_pod::PodSet;
 use crate::metrics::{MetricError, MetricSource, Readings};
 
 /// What a sync found before deciding.
@@ -82,7 +83,16 @@ pub async fn observe(
         Ok(source) => source,
         Err(err) => return Observation::SourceFailed(err),
     };
-    let readings = source.read(spec).await;
+    let pods = if spec
+        .metrics()
+        .iter()
+        .any(llmscaler_api::MetricSpec::is_per_pod)
+    {
+        Some(ready_pods(ctx, &target, &target_ref.kind, namespace).await)
+    } else {
+        None
+    };
+    let readings = source.read_with_pods(spec, pods.as_ref()).await;
     let activation = match (&source, &spec.activation) {
         (MetricSource::Prometheus(prometheus), Some(activation)) if target.spec_replicas == 0 => {
             Some(prometheus.query(&activation.query).await)
@@ -97,4 +107,28 @@ pub async fn observe(
         activation,
         competitor,
     }))
+}
+
+/// The target's current Ready pods for its per-pod metrics (docs/signals.md#ready-pods), from
+/// the pod cache and the target's pod selector.
+async fn ready_pods(
+    ctx: &Context,
+    target: &TargetState,
+    kind: &str,
+    namespace: &str,
+) -> Result<PodSet, String> {
+    let selector = target.pod_selector(kind)?;
+    let pods = ctx
+        .pods
+        .pods(namespace, &selector)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(PodSet {
+        namespace: namespace.to_owned(),
+        ready: pods
+            .into_iter()
+            .filter(|p| p.ready)
+            .map(|p| p.name)
+            .collect(),
+    })
 }

@@ -140,10 +140,14 @@ pub fn skipped<E: std::fmt::Display>(decision: &Decision<E>) -> Vec<(String, Str
         .metrics
         .iter()
         .filter_map(|m| {
-            m.recommendation
-                .as_ref()
-                .err()
-                .map(|skip| (m.name.clone(), skip.to_string()))
+            m.recommendation.as_ref().err().map(|skip| {
+                let name = if m.guardrail {
+                    format!("{} (guardrail: neither holds nor lowers)", m.name)
+                } else {
+                    m.name.clone()
+                };
+                (name, skip.to_string())
+            })
         })
         .collect()
 }

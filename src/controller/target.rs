@@ -3,7 +3,7 @@
 //! `DynamicObject` (docs/resource.md#targetref, docs/scaling.md steps 1–2,
 //! docs/writing-replicas.md).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::core::gvk::ParseGroupVersionError;
@@ -144,6 +144,56 @@ pub struct TargetState {
 }
 
 impl TargetState {
+    /// The labels that select the target's pods (docs/signals.md#ready-pods):
+    /// `spec.selector.matchLabels`, or for a LeaderWorkerSet its
+    /// `leaderworkerset.sigs.k8s.io/name` label.
+    ///
+    /// # Errors
+    /// A message when the kind has no such selector, or when it also has `matchExpressions`
+    /// (the pods could not be told from others by labels alone).
+    pub fn pod_selector(&self, kind: &str) -> Result<BTreeMap<String, String>, String> {
+        let selector = self.object.data.get("spec").and_then(|s| s.get("selector"));
+        if kind == "LeaderWorkerSet" && selector.is_none() {
+            let name = self.object.metadata.name.clone().unwrap_or_default();
+            return Ok(BTreeMap::from([(
+                "leaderworkerset.sigs.k8s.io/name".to_owned(),
+                name,
+            )]));
+        }
+        let Some(selector) = selector else {
+            return Err(format!(
+                "{kind} has no spec.selector.matchLabels to find its pods; runtime signals and \
+                 perPod queries need one"
+            ));
+        };
+        if selector
+            .get("matchExpressions")
+            .and_then(|e| e.as_array())
+            .is_some_and(|e| !e.is_empty())
+        {
+            return Err(format!(
+                "{kind} selects its pods with matchExpressions; runtime signals and perPod \
+                 queries need spec.selector.matchLabels only"
+            ));
+        }
+        let labels: BTreeMap<String, String> = selector
+            .get("matchLabels")
+            .and_then(|m| m.as_object())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if labels.is_empty() {
+            return Err(format!(
+                "{kind} has an empty spec.selector.matchLabels; runtime signals and perPod \
+                 queries need one"
+            ));
+        }
+        Ok(labels)
+    }
+
     /// The engine's view of the target.
     pub fn observation(&self) -> Observation {
         Observation {
@@ -300,6 +350,43 @@ mod tests {
 
     fn object(value: Value) -> DynamicObject {
         serde_json::from_value(value).expect("valid object")
+    }
+
+    #[test]
+    fn pod_selector_is_match_labels_or_refused_naming_the_kind() {
+        let of = |kind: &str, spec: Value| {
+            state_of(
+                object(json!({
+                    "apiVersion": "x/v1", "kind": kind,
+                    "metadata": {"name": "w", "namespace": "ns"}, "spec": spec,
+                })),
+                kind,
+            )
+            .pod_selector(kind)
+        };
+        assert_eq!(
+            of(
+                "Deployment",
+                json!({"selector": {"matchLabels": {"app": "vllm"}}})
+            ),
+            Ok(BTreeMap::from([("app".to_owned(), "vllm".to_owned())]))
+        );
+        assert_eq!(
+            of("LeaderWorkerSet", json!({"replicas": 2})),
+            Ok(BTreeMap::from([(
+                "leaderworkerset.sigs.k8s.io/name".to_owned(),
+                "w".to_owned()
+            )]))
+        );
+        let no_selector = of("InferencePool", json!({"replicas": 2})).expect_err("none");
+        assert!(no_selector.starts_with("InferencePool has no spec.selector.matchLabels"));
+        let expressions = of(
+            "Deployment",
+            json!({"selector": {"matchLabels": {"app": "v"}, "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a"]}]}}),
+        )
+        .expect_err("expressions");
+        assert!(expressions.contains("matchExpressions"), "{expressions}");
     }
 
     #[test]

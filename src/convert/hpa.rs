@@ -252,6 +252,7 @@ fn convert_metric(
         name: Some(metric_name(name)),
         query,
         target: target_value,
+        ..Default::default()
     })
 }
 

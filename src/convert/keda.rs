@@ -431,6 +431,7 @@ fn prometheus_trigger(
         name: Some(name),
         query,
         target: threshold,
+        ..Default::default()
     })
 }
 

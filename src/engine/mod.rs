@@ -131,6 +131,9 @@ pub struct MetricInput<E> {
     pub target: String,
     /// The query's value, or why it could not be read.
     pub value: Result<f64, E>,
+    /// `role: Guardrail` (docs/signals.md#guardrails): may raise replicas or hold a scale-down
+    /// while above its target, never lowers; unmeasurable, it neither holds nor lowers.
+    pub guardrail: bool,
 }
 
 /// One metric's outcome: its recommendation in replicas or why it was skipped.
@@ -143,7 +146,31 @@ pub struct MetricOutcome<E> {
     /// `value / target`, when both are usable (the tolerance band's input).
     pub ratio: Option<f64>,
     /// `ceil(max(ready, 1) × value / target)`, saturated to `0..=i32::MAX`, or the skip reason.
+    /// For a guardrail this is informational: it counts only while the ratio is above 1
+    /// ([`MetricOutcome::counts`]).
     pub recommendation: Result<i32, Skip<E>>,
+    /// The metric is a guardrail.
+    pub guardrail: bool,
+}
+
+impl<E> MetricOutcome<E> {
+    /// Whether the outcome takes part in the recommendation: a normal metric that was
+    /// measured, or a guardrail measured above its target (ratio > 1).
+    pub fn counts(&self) -> bool {
+        self.recommendation.is_ok() && (!self.guardrail || self.guardrail_engaged())
+    }
+
+    /// A guardrail measured at or above its target: it holds a scale-down
+    /// (docs/signals.md#guardrails). Always `false` for a normal metric.
+    pub fn guardrail_engaged(&self) -> bool {
+        self.guardrail && self.recommendation.is_ok() && self.ratio.is_some_and(|r| r > 1.0)
+    }
+
+    /// A normal metric that was skipped (a skipped guardrail neither holds nor lowers, so it
+    /// is not "partial data").
+    pub fn skipped_normal(&self) -> bool {
+        !self.guardrail && self.recommendation.is_err()
+    }
 }
 
 /// Bound that clamped the recommendation (the `ScalingLimited` condition).
@@ -195,6 +222,9 @@ pub enum Reason {
     Steady,
     /// The raw recommendation is lower but the stabilization window keeps the fleet.
     ScaleDownStabilized,
+    /// The recommendation is lower but a guardrail metric above its target holds the fleet
+    /// (docs/signals.md#guardrails).
+    GuardrailHeld,
     /// No metric could be measured (or the decision server failed) and the held
     /// `spec.replicas` stays as it is. (When the clamp or the window moves a held value, the
     /// reason is the move's: `ScaledDown`, `StepCapped`, `ScaledUp` or a deferral.)
@@ -214,6 +244,7 @@ impl Reason {
         Reason::ScaleUpLimited,
         Reason::Steady,
         Reason::ScaleDownStabilized,
+        Reason::GuardrailHeld,
         Reason::MetricsUnavailable,
         Reason::RolloutInProgress,
         Reason::ScaleDownNotSettled,
@@ -228,6 +259,7 @@ impl Reason {
             Reason::ScaleUpLimited => "ScaleUpLimited",
             Reason::Steady => "Steady",
             Reason::ScaleDownStabilized => "ScaleDownStabilized",
+            Reason::GuardrailHeld => "GuardrailHeld",
             Reason::MetricsUnavailable => "MetricsUnavailable",
             Reason::RolloutInProgress => "RolloutInProgress",
             Reason::ScaleDownNotSettled => "ScaleDownNotSettled",
@@ -277,6 +309,7 @@ impl<E> Signal<E> {
                     name: m.display_name(i),
                     target: m.target.clone(),
                     value,
+                    guardrail: m.is_guardrail(),
                 })
                 .collect(),
         )
@@ -304,6 +337,7 @@ pub fn recommend<E: Clone>(
                 name: "decision".to_string(),
                 value: recommendation.map(f64::from),
                 ratio: None,
+                guardrail: false,
                 recommendation: match result {
                     Ok(_) => Ok(recommendation.unwrap_or(0)),
                     Err(why) => Err(Skip::Unavailable(why.clone())),
@@ -314,10 +348,12 @@ pub fn recommend<E: Clone>(
     }
 }
 
-/// The largest per-metric recommendation, `None` when every metric was skipped.
+/// The largest recommendation of the outcomes that count ([`MetricOutcome::counts`]: guardrails
+/// only while above their target), `None` when none does.
 fn best_recommendation<E>(outcomes: &[MetricOutcome<E>]) -> Option<i32> {
     outcomes
         .iter()
+        .filter(|o| o.counts())
         .filter_map(|o| o.recommendation.as_ref().ok().copied())
         .max()
 }
@@ -339,6 +375,7 @@ fn evaluate_metric<E: Clone>(input: &MetricInput<E>, ready_replicas: i32) -> Met
         value,
         ratio,
         recommendation,
+        guardrail: input.guardrail,
     }
 }
 
@@ -381,12 +418,21 @@ pub fn decide<E: Clone>(
     // HorizontalPodAutoscaler's rule): with any metric skipped, the measured ones may raise the
     // fleet but not lower it below the current spec.replicas.
     let partial = !held
-        && metrics.iter().any(|m| m.recommendation.is_err())
+        && metrics.iter().any(MetricOutcome::skipped_normal)
         && recommendation.is_some_and(|r| r < spec);
-    let raw = if partial {
-        spec
-    } else {
-        recommendation.unwrap_or(spec)
+    // A guardrail above its target holds a scale-down (docs/signals.md#guardrails); it never
+    // lowers, and an unmeasurable one neither holds nor lowers.
+    let normal_best = metrics
+        .iter()
+        .filter(|m| !m.guardrail && m.counts())
+        .filter_map(|m| m.recommendation.as_ref().ok().copied())
+        .max();
+    let guarded = metrics.iter().any(MetricOutcome::guardrail_engaged)
+        && normal_best.is_some_and(|r| r < spec);
+    let raw = match recommendation {
+        Some(r) if partial || guarded => r.max(spec),
+        Some(r) => r,
+        None => spec,
     };
 
     let (clamped, limited) = policy.clamp(raw);
@@ -406,6 +452,8 @@ pub fn decide<E: Clone>(
         Reason::ScaledDown
     } else if held || partial {
         Reason::MetricsUnavailable
+    } else if guarded && clamped == spec {
+        Reason::GuardrailHeld
     } else if clamped < spec {
         Reason::ScaleDownStabilized
     } else {

@@ -167,6 +167,7 @@ mod tests {
             value: Some(ratio),
             ratio: Some(ratio),
             recommendation: Ok(r),
+            guardrail: false,
         };
         let mut outcomes = [outcome(1.08, 6), outcome(0.9, 5), outcome(1.2, 7)];
         assert!(band.apply_tolerance(&mut outcomes, 5));

@@ -23,6 +23,7 @@ fn settled(spec: i32) -> Observation {
 
 fn one_metric(value: f64, target: &str) -> Signal<String> {
     Signal::Metrics(vec![MetricInput {
+        guardrail: false,
         name: "metric0".into(),
         target: target.into(),
         value: Ok(value),
@@ -64,11 +65,13 @@ fn spec_0_value_085_wakes_with_baseline_1() {
 fn empty_metric_is_skipped_not_zero() {
     let signal = Signal::Metrics(vec![
         MetricInput {
+            guardrail: false,
             name: "a".into(),
             target: "0.8".into(),
             value: Ok(0.9),
         },
         MetricInput {
+            guardrail: false,
             name: "b".into(),
             target: "0.5".into(),
             value: Err("no data".into()),
@@ -100,11 +103,13 @@ fn non_finite_values_hold() {
 fn largest_metric_wins() {
     let signal = Signal::Metrics(vec![
         MetricInput {
+            guardrail: false,
             name: "queue".into(),
             target: "2".into(),
             value: Ok(4.0),
         },
         MetricInput {
+            guardrail: false,
             name: "kv".into(),
             target: "0.8".into(),
             value: Ok(0.9),
@@ -326,6 +331,7 @@ fn custom_provider_rows() {
 
 fn empty_metric() -> Signal<String> {
     Signal::Metrics(vec![MetricInput {
+        guardrail: false,
         name: "metric0".into(),
         target: "0.5".into(),
         value: Err("no data".into()),
@@ -440,11 +446,13 @@ fn held_sync_is_recorded_in_the_window() {
 fn two_metrics(a: Result<f64, String>, b: Result<f64, String>) -> Signal<String> {
     Signal::Metrics(vec![
         MetricInput {
+            guardrail: false,
             name: "a".into(),
             target: "0.8".into(),
             value: a,
         },
         MetricInput {
+            guardrail: false,
             name: "b".into(),
             target: "0.8".into(),
             value: b,
@@ -557,4 +565,87 @@ fn restored_history_never_exceeds_max() {
     let d = decide(&p, &settled(3), &empty_metric(), &mut history, 20_000);
     assert_eq!((d.replicas, d.desired, d.action), (6, 6, Action::ScaleUp));
     assert!(history.records().iter().all(|r| r.replicas <= 6));
+}
+
+/// A queue metric (normal) and a TTFT guardrail, as docs/signals.md#guardrails pairs them.
+fn queue_and_guardrail(queue: f64, ttft: Result<f64, String>) -> Signal<String> {
+    Signal::Metrics(vec![
+        MetricInput {
+            name: "waiting".into(),
+            target: "2".into(),
+            value: Ok(queue),
+            guardrail: false,
+        },
+        MetricInput {
+            name: "ttft".into(),
+            target: "1".into(),
+            value: ttft,
+            guardrail: true,
+        },
+    ])
+}
+
+/// docs/signals.md#guardrails, one row per case: (spec replicas, queue per replica, TTFT P90
+/// seconds or why it is unmeasurable) → (replicas, reason).
+#[test]
+fn guardrail_raises_or_holds_but_never_lowers() {
+    let nan = || Err::<f64, String>("returned NaN".into());
+    type Row = (i32, f64, Result<f64, String>, i32, Reason);
+    let rows: Vec<Row> = vec![
+        // Queue low, TTFT above target: the scale-down the queue wants is held.
+        (4, 0.5, Ok(1.2), 5, Reason::ScaledUp),
+        (4, 1.0, Ok(1.01), 5, Reason::ScaledUp),
+        // TTFT above target but its ratio asks for no more than now: held at 4.
+        (4, 0.5, Ok(1.0 + 1e-12), 4, Reason::GuardrailHeld),
+        // TTFT at or below its target never lowers by itself: the queue decides.
+        (4, 0.5, Ok(1.0), 1, Reason::ScaledDown),
+        (4, 0.5, Ok(0.1), 1, Reason::ScaledDown),
+        (4, 4.0, Ok(0.1), 8, Reason::ScaledUp),
+        // TTFT far above target raises beyond the queue's wish.
+        (4, 2.0, Ok(3.0), 12, Reason::ScaledUp),
+        // Unmeasurable guardrail (NaN over an idle window): neither holds nor lowers.
+        (4, 0.5, nan(), 1, Reason::ScaledDown),
+        (4, 2.0, nan(), 4, Reason::Steady),
+        (4, 4.0, nan(), 8, Reason::ScaledUp),
+    ];
+    for (spec, queue, ttft, want, reason) in rows {
+        let label = format!("spec {spec} queue {queue} ttft {ttft:?}");
+        let d = run(
+            &policy(1, 20),
+            &settled(spec),
+            &queue_and_guardrail(queue, ttft),
+        );
+        assert_eq!((d.replicas, d.reason), (want, reason), "{label}");
+    }
+}
+
+#[test]
+fn guardrail_alone_never_lowers_and_a_skipped_queue_still_holds() {
+    // The normal metric is skipped and the guardrail is below target: nothing counts, held.
+    let signal = Signal::Metrics(vec![
+        MetricInput {
+            name: "waiting".into(),
+            target: "2".into(),
+            value: Err("no data".to_owned()),
+            guardrail: false,
+        },
+        MetricInput {
+            name: "ttft".into(),
+            target: "1".into(),
+            value: Ok(0.2),
+            guardrail: true,
+        },
+    ]);
+    let d = run(&policy(1, 20), &settled(6), &signal);
+    assert_eq!(
+        (d.replicas, d.recommendation, d.reason),
+        (6, None, Reason::MetricsUnavailable)
+    );
+    // The same with the guardrail above target: it raises (partial data may only go up).
+    let Signal::Metrics(mut inputs) = signal else {
+        unreachable!()
+    };
+    inputs[1].value = Ok(1.5);
+    let d = run(&policy(1, 20), &settled(6), &Signal::Metrics(inputs));
+    assert_eq!((d.replicas, d.action), (9, Action::ScaleUp));
 }

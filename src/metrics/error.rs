@@ -9,6 +9,9 @@ use std::fmt;
 pub enum Subject {
     /// A PromQL query sent to Prometheus.
     Query(String),
+    /// A runtime signal read per pod (docs/signals.md), e.g. `vllm waiting`; the query built
+    /// for it names the target's pods and goes to the debug log only.
+    Signal(String),
     /// A decision-server request for this serviceId, optionally restricted to a namespace.
     Service {
         /// `customProvider.serviceId`.
@@ -21,7 +24,7 @@ pub enum Subject {
 impl Subject {
     fn source_name(&self) -> &'static str {
         match self {
-            Subject::Query(_) => "Prometheus",
+            Subject::Query(_) | Subject::Signal(_) => "Prometheus",
             Subject::Service { .. } => "decision server",
         }
     }
@@ -31,6 +34,7 @@ impl fmt::Display for Subject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Subject::Query(q) => write!(f, "query `{q}`"),
+            Subject::Signal(s) => write!(f, "signal `{s}`"),
             Subject::Service {
                 service_id,
                 namespace: None,
@@ -268,6 +272,45 @@ pub enum MetricError {
         reason: String,
     },
 
+    /// Fewer than `coverage` of the target's Ready pods report a fresh sample of a per-pod
+    /// metric (docs/signals.md#coverage). Names the first missing pods (the target's own).
+    #[error(
+        "{subject}: {reporting} of {ready} Ready pods report a fresh sample, below coverage \
+         {coverage}; missing: {}; the metric is skipped, not read as 0",
+        missing_list(missing, *more)
+    )]
+    LowCoverage {
+        /// The query or signal.
+        subject: Subject,
+        /// Ready pods with a fresh sample.
+        reporting: usize,
+        /// Ready pods of the target.
+        ready: usize,
+        /// The required share, 0..1.
+        coverage: f64,
+        /// The first missing pods, sorted, at most [`MAX_MISSING_PODS`].
+        missing: Vec<String>,
+        /// How many more pods are missing besides those named.
+        more: usize,
+    },
+
+    /// The target has no Ready pod, so a per-pod metric has nothing to average.
+    #[error("{subject}: the target has no Ready pod; the metric is skipped, not read as 0")]
+    NoReadyPods {
+        /// The query or signal.
+        subject: Subject,
+    },
+
+    /// The target's pods cannot be selected: its kind has no `spec.selector.matchLabels`
+    /// (docs/signals.md#the-query), or the pod cache is not available.
+    #[error("{subject}: {reason}")]
+    NoPodSelector {
+        /// The query or signal.
+        subject: Subject,
+        /// Why.
+        reason: String,
+    },
+
     /// Too many metric requests in flight in the whole process (`docs/security.md#memory`):
     /// the request waited for a slot until its timeout.
     #[error("{} request for {subject} found no free request slot within {seconds}s", subject.source_name())]
@@ -277,6 +320,18 @@ pub enum MetricError {
         /// The timeout that expired, in seconds.
         seconds: f64,
     },
+}
+
+/// Most pod names listed in a [`MetricError::LowCoverage`] message.
+pub const MAX_MISSING_PODS: usize = 5;
+
+fn missing_list(missing: &[String], more: usize) -> String {
+    let names = missing.join(", ");
+    match (names.is_empty(), more) {
+        (true, _) => "none named".to_owned(),
+        (false, 0) => names,
+        (false, more) => format!("{names} and {more} more"),
+    }
 }
 
 /// Most label names listed in a [`MetricError::MultipleSeries`] message.
@@ -346,7 +401,8 @@ impl MetricError {
     /// A short, stable label for the error's kind, for metrics and logs: `client`,
     /// `invalid_config`, `timeout`, `transport`, `http_status`, `query_error`, `decode`,
     /// `no_data`, `multiple_series`, `not_measurable`, `bad_reply`, `no_decision`,
-    /// `ambiguous_decision`, `bad_replicas`, `egress_refused`, `secret_header`, `busy`.
+    /// `ambiguous_decision`, `bad_replicas`, `egress_refused`, `secret_header`, `busy`,
+    /// `low_coverage`, `no_ready_pods`, `no_pod_selector`.
     pub fn kind(&self) -> &'static str {
         match self {
             MetricError::Client { .. } => "client",
@@ -368,6 +424,9 @@ impl MetricError {
             MetricError::Egress { .. } => "egress_refused",
             MetricError::SecretHeader { .. } => "secret_header",
             MetricError::Busy { .. } => "busy",
+            MetricError::LowCoverage { .. } => "low_coverage",
+            MetricError::NoReadyPods { .. } => "no_ready_pods",
+            MetricError::NoPodSelector { .. } => "no_pod_selector",
         }
     }
 
@@ -398,6 +457,9 @@ impl MetricError {
             MetricError::Egress { .. } => "MetricEgressRefused",
             MetricError::SecretHeader { .. } => "MetricSecretUnreadable",
             MetricError::Busy { .. } => "MetricBusy",
+            MetricError::LowCoverage { .. } => "MetricLowCoverage",
+            MetricError::NoReadyPods { .. } => "MetricNoReadyPods",
+            MetricError::NoPodSelector { .. } => "MetricNoPodSelector",
         }
     }
 }

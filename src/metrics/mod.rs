@@ -17,6 +17,7 @@
 mod decision;
 pub mod egress;
 mod error;
+pub mod per_pod;
 mod prometheus;
 mod source;
 
@@ -31,7 +32,10 @@ pub use decision::{
     DECISION_API_VERSION, DEFAULT_DECISION_PATH, DecisionSource, decode_decision_body,
 };
 pub use error::{MetricError, Subject, media_type};
-pub use prometheus::{PrometheusSource, decode_instant_body, decode_per_pod_body};
+pub use prometheus::{
+    MAX_POD_SERIES, PrometheusSource, decode_instant_body, decode_per_pod_body,
+    decode_pod_samples_body,
+};
 pub use source::{MetricSource, Readings, secret_headers};
 
 /// Default per-request timeout for metric requests: 5 seconds

@@ -70,6 +70,27 @@ impl PrometheusSource {
         decode_per_pod(&subject, &reply)
     }
 
+    /// Runs a per-pod query (a runtime signal's or a `perPod` one, docs/signals.md) and maps
+    /// the `pod` label of each series to its value, keeping only the pods in `wanted` (the
+    /// target's Ready pods): other pods' names are never kept or shown. NaN and ±Inf values are
+    /// kept (a pod that served nothing in a `histogram_quantile` window reads NaN); an empty
+    /// vector is an empty map (the coverage rule decides).
+    ///
+    /// # Errors
+    /// The transport, HTTP and decoding errors of [`PrometheusSource::query`];
+    /// [`MetricError::BadReply`] for a scalar or matrix result, a series without a `pod` label,
+    /// a wanted pod in two series, a value that is not a number, or more than
+    /// [`MAX_POD_SERIES`] series (decoding stops there).
+    pub async fn query_pods(
+        &self,
+        subject: &Subject,
+        query: &str,
+        wanted: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, f64>, MetricError> {
+        let reply = self.fetch(query, subject).await?;
+        decode_pod_samples(subject, &reply, wanted)
+    }
+
     async fn fetch(&self, query: &str, subject: &Subject) -> Result<Reply, MetricError> {
         let url = self.endpoint.url(QUERY_PATH, &[("query", query)])?;
         tracing::debug!(server = %self.endpoint.shown_base(), query, "prometheus instant query");
@@ -106,6 +127,29 @@ pub fn decode_per_pod_body(query: &str, body: &[u8]) -> Result<BTreeMap<String, 
         body: body.to_vec(),
     };
     decode_per_pod(&Subject::Query(query.to_owned()), &reply)
+}
+
+/// Most series a per-pod reply may hold, whatever the number of pods wanted
+/// (`docs/security.md#memory`): decoding stops at the next one.
+pub const MAX_POD_SERIES: usize = 4096;
+
+/// Decodes the body of a per-pod reply into `pod -> value` for the pods in `wanted`,
+/// streaming, as [`PrometheusSource::query_pods`] does.
+///
+/// # Errors
+/// As [`PrometheusSource::query_pods`] for a 200 reply.
+pub fn decode_pod_samples_body(
+    subject: &Subject,
+    body: &[u8],
+    wanted: &BTreeSet<String>,
+) -> Result<BTreeMap<String, f64>, MetricError> {
+    let reply = Reply {
+        server: String::new(),
+        status: 200,
+        content_type: "application/json".to_owned(),
+        body: body.to_vec(),
+    };
+    decode_pod_samples(subject, &reply, wanted)
 }
 
 /// The Prometheus API envelope (`/api/v1/query`). `data.result` is kept as raw JSON (borrowed
@@ -355,6 +399,83 @@ impl SampleSink for PerPodSink<'_> {
         }
         Ok(())
     }
+}
+
+/// Keeps the values of the wanted pods; refuses a series without `pod`, a wanted pod twice, a
+/// value that is not a number, or a reply over [`MAX_POD_SERIES`] series.
+struct PodSampleSink<'s> {
+    subject: &'s Subject,
+    wanted: &'s BTreeSet<String>,
+    values: BTreeMap<String, f64>,
+    count: usize,
+}
+
+impl SampleSink for PodSampleSink<'_> {
+    fn take(&mut self, mut sample: VectorSample) -> Result<(), MetricError> {
+        let bad = |reason: String| MetricError::BadReply {
+            subject: self.subject.clone(),
+            reason,
+        };
+        self.count += 1;
+        if self.count > MAX_POD_SERIES {
+            return Err(bad(format!(
+                "more than {MAX_POD_SERIES} series; select the target's pods only, one series \
+                 per pod"
+            )));
+        }
+        let Some(pod) = sample.metric.remove("pod") else {
+            return Err(bad(
+                "a series has no `pod` label; a per-pod query must keep it, e.g. \
+                 `sum by (pod) (...)`"
+                    .to_owned(),
+            ));
+        };
+        if !self.wanted.contains(&pod) {
+            return Ok(());
+        }
+        let raw = sample_value(self.subject, &sample)?;
+        let value: f64 = raw.trim().parse().map_err(|_| {
+            bad(format!(
+                "a sample value is not a number ({} bytes)",
+                raw.len()
+            ))
+        })?;
+        if self.values.insert(pod, value).is_some() {
+            return Err(bad(
+                "a pod appears in more than one series; aggregate by pod, e.g. \
+                 `max by (pod) (...)`"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Decodes a per-pod reply into `pod -> value` for the wanted pods (NaN kept).
+fn decode_pod_samples(
+    subject: &Subject,
+    reply: &Reply,
+    wanted: &BTreeSet<String>,
+) -> Result<BTreeMap<String, f64>, MetricError> {
+    let raw = match decode_envelope(subject, reply)? {
+        ResultKind::Vector(raw) => raw,
+        ResultKind::Scalar(_) => {
+            return Err(MetricError::BadReply {
+                subject: subject.clone(),
+                reason: "the result is a scalar; a per-pod query must return one series per \
+                         pod, each with a `pod` label"
+                    .to_owned(),
+            });
+        }
+    };
+    let mut sink = PodSampleSink {
+        subject,
+        wanted,
+        values: BTreeMap::new(),
+        count: 0,
+    };
+    stream(subject, raw, &mut sink)?;
+    Ok(sink.values)
 }
 
 /// Decodes an instant-query reply that must hold exactly one finite value.
@@ -629,6 +750,53 @@ mod tests {
         let body = r#"{"status":"success","data":{"resultType":"vector","result":[
             {"metric":{},"value":[1,"abc"]}]}}"#;
         assert_eq!(single(200, body).expect_err("abc").kind(), "bad_reply");
+    }
+
+    #[test]
+    fn pod_samples_keep_wanted_pods_only_nan_included_and_are_bounded() {
+        let wanted: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into();
+        let body = r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"pod":"a"},"value":[1,"3"]},
+            {"metric":{"pod":"other-tenant-pod"},"value":[1,"9"]},
+            {"metric":{"pod":"b"},"value":[1,"NaN"]}]}}"#;
+        let values = decode_pod_samples(&subject(), &reply(200, body), &wanted).expect("values");
+        assert_eq!(values.len(), 2);
+        assert_eq!(values["a"], 3.0);
+        assert!(values["b"].is_nan());
+        let empty = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+        assert!(
+            decode_pod_samples(&subject(), &reply(200, empty), &wanted)
+                .expect("empty")
+                .is_empty()
+        );
+        for (result, text) in [
+            (
+                r#"[{"metric":{"app":"x"},"value":[1,"3"]}]"#,
+                "has no `pod` label",
+            ),
+            (
+                r#"[{"metric":{"pod":"a"},"value":[1,"3"]},{"metric":{"pod":"a"},"value":[1,"4"]}]"#,
+                "more than one series",
+            ),
+        ] {
+            let body = format!(
+                r#"{{"status":"success","data":{{"resultType":"vector","result":{result}}}}}"#
+            );
+            let err =
+                decode_pod_samples(&subject(), &reply(200, &body), &wanted).expect_err(result);
+            assert_eq!(err.kind(), "bad_reply");
+            assert!(err.to_string().contains(text), "{err}");
+            assert!(!err.to_string().contains("other-tenant"), "{err}");
+        }
+        let many: Vec<String> = (0..=MAX_POD_SERIES)
+            .map(|i| format!(r#"{{"metric":{{"pod":"p{i}"}},"value":[1,"1"]}}"#))
+            .collect();
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+            many.join(",")
+        );
+        let err = decode_pod_samples(&subject(), &reply(200, &body), &wanted).expect_err("cap");
+        assert!(err.to_string().contains("more than 4096 series"), "{err}");
     }
 
     #[test]

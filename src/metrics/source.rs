@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 use tokio::task::JoinSet;
 
+use super::per_pod::PodSet;
 use super::{DecisionSource, Endpoint, MetricError, MetricsClient, PrometheusSource};
 use crate::engine::Signal;
 
@@ -132,11 +133,43 @@ impl MetricSource {
     /// (seconds), so this returns within about one timeout. Failures are per reading, never
     /// read as zero.
     pub async fn read(&self, spec: &LLMScalerSpec) -> Readings {
+        self.read_with_pods(spec, None).await
+    }
+
+    /// [`MetricSource::read`] with the target's pods for the per-pod metrics (runtime signals
+    /// and `perPod` queries, docs/signals.md): `None` or `Some(Err(why))` when they are not
+    /// known, which skips those metrics with [`MetricError::NoPodSelector`].
+    pub async fn read_with_pods(
+        &self,
+        spec: &LLMScalerSpec,
+        pods: Option<&Result<PodSet, String>>,
+    ) -> Readings {
         match self {
             MetricSource::Prometheus(source) => {
                 let mut tasks = JoinSet::new();
                 for (i, metric) in spec.metrics().iter().enumerate() {
                     let source = source.clone();
+                    if metric.is_per_pod() {
+                        let metric = metric.clone();
+                        let pods = match pods {
+                            Some(Ok(pods)) => Ok(pods.clone()),
+                            Some(Err(why)) => Err(why.clone()),
+                            None => Err("the target's pods are not known here (per-pod metrics \
+                                         are read by the operator in the cluster)"
+                                .to_owned()),
+                        };
+                        tasks.spawn(async move {
+                            let value = match pods {
+                                Ok(pods) => super::per_pod::read(&source, &metric, &pods).await,
+                                Err(reason) => Err(MetricError::NoPodSelector {
+                                    subject: per_pod_subject(&metric),
+                                    reason,
+                                }),
+                            };
+                            (i, value)
+                        });
+                        continue;
+                    }
                     let query = metric.query.clone();
                     tasks.spawn(async move { (i, source.query(&query).await) });
                 }
@@ -166,6 +199,18 @@ impl MetricSource {
             }
             MetricSource::Decision(source) => Readings::Decision(source.decide().await),
         }
+    }
+}
+
+/// The subject of a per-pod metric before its pods are known: the signal, or the query.
+fn per_pod_subject(metric: &llmscaler_api::MetricSpec) -> super::Subject {
+    match (metric.runtime, metric.signal) {
+        (Some(runtime), Some(signal)) => super::Subject::Signal(format!(
+            "{} {}",
+            llmscaler_api::signals::runtime_name(runtime),
+            llmscaler_api::signals::signal_name(signal)
+        )),
+        _ => super::Subject::Query(metric.query.clone()),
     }
 }
 

@@ -292,6 +292,9 @@ fn next_change<E>(
             None => "a scale-down when the window's maximum expires".to_owned(),
         },
         (_, Reason::ScaleUpLimited) => "more once the scale-up period allows it".to_owned(),
+        (_, Reason::GuardrailHeld) => {
+            "a scale-down once every guardrail is at or below its target".to_owned()
+        }
         _ if held => "when a metric becomes measurable again".to_owned(),
         _ => "when the load changes".to_owned(),
     }

@@ -187,6 +187,15 @@ async fn read_through_proxy(
 ) -> Readings {
     let mut values = Vec::new();
     for metric in spec.metrics() {
+        if metric.is_per_pod() {
+            values.push(Err(MetricError::NoPodSelector {
+                subject: crate::metrics::Subject::Query(metric.query.clone()),
+                reason: "per-pod metrics (runtime signals, perPod queries) are read over the \
+                         target's Ready pods by the operator only (docs/signals.md)"
+                    .to_owned(),
+            }));
+            continue;
+        }
         let request = http::Request::get(service.query_path(&metric.query)).body(Vec::new());
         let value = match request {
             Ok(request) => match client.request_text(request).await {

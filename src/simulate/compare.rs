@@ -232,13 +232,13 @@ pub fn run(
         scrape_interval_ms: seconds_to_ms(options.scrape_interval_seconds).max(1),
         tail_ms: seconds_to_ms(options.tail_seconds),
         labels: vec![
-            ("namespace".to_string(), namespace),
+            ("namespace".to_string(), namespace.clone()),
             ("app".to_string(), spec.target_ref.name.clone()),
             ("job".to_string(), "vllm".to_string()),
         ],
     };
     let period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
-    let llmscaler = LlmscalerPolicy::new(spec)?;
+    let llmscaler = LlmscalerPolicy::new(spec)?.in_namespace(&namespace);
     let shapes = shapes(spec)?;
 
     // The bound first: it sizes the warm start and the static fleet.

@@ -73,9 +73,11 @@ service:
   resources: {{ toJson .resources }}
   verbs: ["get", "list", "watch", "patch"]
 {{- end }}
+# Pods: victim marks (patch) and the Ready pods of runtime signals (one watch per namespace
+# that has a per-pod metric, docs/signals.md).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Competing autoscalers: an HPA (or a KEDA ScaledObject's) on the same target makes the
 # operator hold instead of fighting it (one watch, no request per sync).
 - apiGroups: ["autoscaling"]

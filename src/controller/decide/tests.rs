@@ -68,6 +68,7 @@ fn target(replicas: i32, managers: &[&str]) -> TargetState {
 /// Queue length `value` against target 2 (so `ready * value / 2` replicas), or nothing.
 fn signal(value: Option<f64>) -> Signal<String> {
     Signal::Metrics(vec![MetricInput {
+        guardrail: false,
         name: "metric0".to_owned(),
         target: "2".to_owned(),
         value: value.ok_or_else(|| "no data".to_owned()),

@@ -37,6 +37,7 @@ fn target(spec_replicas: i32) -> TargetView<'static> {
 
 fn signal(value: Result<f64, &str>) -> Signal<String> {
     Signal::Metrics(vec![MetricInput {
+        guardrail: false,
         name: "waiting".into(),
         target: "2".into(),
         value: value.map_err(str::to_owned),

@@ -1,18 +1,23 @@
 //! The scaler itself: every `syncPeriodSeconds`, its `spec.metrics[]` queries are evaluated on
-//! the scraped series and fed to the one decision engine (`crate::engine::decide`). Under
-//! `scaleDown.drain` a scale-down first takes its victims out of rotation and lowers replicas
+//! the scraped series and fed to the one decision engine (`crate::engine::decide`). Per-pod
+//! metrics (runtime signals, `perPod` queries, docs/signals.md) are read as the operator reads
+//! them: one series per pod, kept for the current Ready pods, averaged with the coverage rule.
+//! Under `scaleDown.drain` a scale-down first takes its victims out of rotation and lowers replicas
 //! once they are idle or `drainSeconds` has passed, with the controller's own rule
 //! ([`crate::controller::drain::next`]); the victims are the newest pods, as without
 //! `deletionCostQuery`, and their in-flight requests are read from the model (docs/simulate/README.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use llmscaler_api::LLMScalerSpec;
+use llmscaler_api::signals::{self, parse_coverage};
+use llmscaler_api::{LLMScalerSpec, MetricSpec};
 use promql_parser::parser::Expr;
 
 use crate::controller::drain::{self, Next};
 use crate::engine::{self, History, Observation, Policy, Record, Signal};
-use crate::promql::{self, PromqlError};
+use crate::metrics::Subject;
+use crate::metrics::per_pod::{self, PodSet};
+use crate::promql::{self, PromqlError, Value};
 use crate::simulate::replay::{Autoscaler, View};
 
 /// The engine on the scaler's own queries.
@@ -26,6 +31,8 @@ pub struct LlmscalerPolicy {
     drain: Option<(Vec<String>, i64)>,
     /// The pods out of rotation after the last sync.
     out: BTreeSet<String>,
+    /// The namespace label of the scraped series (runtime signals select on it).
+    namespace: String,
 }
 
 impl LlmscalerPolicy {
@@ -43,11 +50,72 @@ impl LlmscalerPolicy {
             history: History::default(),
             drain: None,
             out: BTreeSet::new(),
+            namespace: "default".to_owned(),
         })
+    }
+
+    /// The same policy reading series labelled `namespace` (the replay's scrape labels).
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: &str) -> Self {
+        namespace.clone_into(&mut self.namespace);
+        self
+    }
+
+    /// One per-pod metric at `now_ms`, as the operator reads it (docs/signals.md).
+    fn read_per_pod(
+        &self,
+        metric: &MetricSpec,
+        fleet_expr: &Expr,
+        view: &View<'_>,
+        now_ms: i64,
+    ) -> Result<f64, String> {
+        let pods = PodSet {
+            namespace: self.namespace.clone(),
+            ready: view.cluster.ready_names().clone(),
+        };
+        let (subject, expr) = if metric.runtime.is_some() {
+            let (subject, query) = per_pod::subject_and_query(metric, &pods)?;
+            if pods.ready.is_empty() {
+                return Err(crate::metrics::MetricError::NoReadyPods { subject }.to_string());
+            }
+            (subject, promql::parse(&query).map_err(|e| e.to_string())?)
+        } else {
+            (Subject::Query(metric.query.clone()), fleet_expr.clone())
+        };
+        let samples: BTreeMap<String, f64> =
+            match promql::eval::eval(&expr, view.store, now_ms).map_err(|e| e.to_string())? {
+                Value::Vector(v) => v
+                    .into_iter()
+                    .filter_map(|(labels, x)| labels.get("pod").map(|p| (p.clone(), x)))
+                    .collect(),
+                _ => return Err("a per-pod query must return an instant vector".to_owned()),
+            };
+        let coverage =
+            parse_coverage(metric.coverage.as_deref()).unwrap_or(signals::DEFAULT_COVERAGE);
+        per_pod::aggregate(&subject, &samples, &pods.ready, coverage).map_err(|e| e.to_string())
     }
 }
 
-/// Parses every `spec.metrics[].query` and evaluates it once on an empty store, so that an
+/// The query of a metric over the whole fleet: `spec.metrics[].query`, or for a runtime signal
+/// its [`signals::fleet_query`] (`avg` of the per-pod query over every pod).
+///
+/// # Errors
+/// [`PromqlError::Eval`] for a signal the runtime does not publish (admission refuses it).
+pub fn fleet_query(metric: &MetricSpec) -> Result<String, PromqlError> {
+    match (metric.runtime, metric.signal) {
+        (Some(runtime), Some(signal)) => {
+            let published = signals::published(runtime, signal)
+                .map_err(|why| PromqlError::Eval(why.to_owned()))?;
+            Ok(signals::fleet_query(
+                published,
+                metric.effective_scrape_interval_seconds(),
+            ))
+        }
+        _ => Ok(metric.query.clone()),
+    }
+}
+
+/// Parses every metric's [`fleet_query`] and evaluates it once on an empty store, so that an
 /// unsupported construct is an error before the run rather than a skipped metric in it.
 ///
 /// # Errors
@@ -57,7 +125,7 @@ pub fn parse_all(spec: &LLMScalerSpec) -> Result<Vec<Expr>, PromqlError> {
     spec.metrics()
         .iter()
         .map(|m| {
-            let expr = promql::parse(&m.query)?;
+            let expr = promql::parse(&fleet_query(m)?)?;
             match promql::evaluate_single(&expr, &empty, 0) {
                 Err(e @ (PromqlError::Unsupported { .. } | PromqlError::Parse { .. })) => Err(e),
                 _ => Ok(expr),
@@ -79,7 +147,14 @@ impl Autoscaler for LlmscalerPolicy {
         let values: Vec<Result<f64, String>> = self
             .queries
             .iter()
-            .map(|q| promql::evaluate_single(q, view.store, now_ms).map_err(|e| e.to_string()))
+            .zip(self.spec.metrics())
+            .map(|(q, metric)| {
+                if metric.is_per_pod() {
+                    self.read_per_pod(metric, q, view, now_ms)
+                } else {
+                    promql::evaluate_single(q, view.store, now_ms).map_err(|e| e.to_string())
+                }
+            })
             .collect();
         let signal = Signal::metrics(&self.spec, values);
         let observed = Observation {

@@ -303,7 +303,7 @@ fn cases() -> Vec<Case> {
             "spec.metrics: must list at least one {query, target} under the Prometheus provider",
         ]),
         case("empty query", with(json!({"metrics": [{"query": " ", "target": "1"}]}))).errors(&[
-            "spec.metrics[0].query: required: a PromQL query returning exactly one series",
+            "spec.metrics[0].query: required: a PromQL query returning exactly one series, or runtime and signal (docs/signals.md)",
         ]),
         case(
             "Custom without customProvider",
