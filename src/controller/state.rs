@@ -26,6 +26,9 @@ pub struct ScalerState {
     pub warned_cost_query: bool,
     /// The last replica count advised in advisory mode (an Event is published when it changes).
     pub last_advice: Option<i32>,
+    /// When the next sync is due, milliseconds since the epoch (the evaluation lag is measured
+    /// from it; `docs/scaling.md#pacing`).
+    pub due_ms: Option<i64>,
 }
 
 /// Every scaler's memory, shared by the reconciles of one leadership term.
