@@ -1,0 +1,480 @@
+//! The driver of `bench/scale` (issue 14, `docs/benchmarks/scale.md`): N Deployments of kwok
+//! pods, each with an LLMScaler reading its own series of one shared exporter through a real
+//! Prometheus, and one `llmscaler run` (the chart's RBAC, `$LLMSCALER_BIN`) on the local cluster
+//! of `e2e/cluster up`. Once every scaler has synced and a period has passed, it measures over a
+//! window: the operator's RSS and CPU, the API server's requests on the resources the operator
+//! reads or writes (`apiserver_request_total`), Prometheus's query requests, and the
+//! evaluation lag (`llmscaler_evaluation_lag_seconds`); then it changes the series of a sample of
+//! scalers and times each until its Deployment's `spec.replicas` is written. Writes one JSON
+//! report. A benchmark, not a test: it fails only when the setup does not come up.
+//!
+//! usage: llmscaler-scale --scalers N --report FILE [--sync-period-seconds 15]
+//!        [--measure-seconds 120] [--latency-sample 20] [--max-concurrent-syncs 32]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::runtime::{WatchStreamExt, watcher};
+use llmscaler_e2e::fixture::{
+    SETUP_MANAGER, World, deployment_manifest, deployment_ref, queue_scaler_spec, reconcile_count,
+    scaler_resource,
+};
+use llmscaler_e2e::operator::run_command;
+use llmscaler_e2e::{Check, kubectl_path, wait_for_every};
+use serde_json::{Value, json};
+
+/// The resources the operator reads or writes: their API requests are charged to it (nothing
+/// else changes them while the window runs; leases are left out: one renewal per process, not
+/// per sync).
+const OPERATOR_RESOURCES: &[&str] = &[
+    "deployments",
+    "llmscalers",
+    "pods",
+    "horizontalpodautoscalers",
+    "events",
+];
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// How many Deployments and scalers.
+    #[arg(long)]
+    scalers: usize,
+    /// `syncPeriodSeconds` of every scaler.
+    #[arg(long, default_value_t = 15)]
+    sync_period_seconds: u32,
+    /// Length of the steady measurement window, seconds.
+    #[arg(long, default_value_t = 120)]
+    measure_seconds: u64,
+    /// How many scalers get a metric change for the change → `spec.replicas` timing.
+    #[arg(long, default_value_t = 20)]
+    latency_sample: usize,
+    /// `--max-concurrent-syncs` of the operator.
+    #[arg(long, default_value_t = 32)]
+    max_concurrent_syncs: u16,
+    /// Objects created at once during setup.
+    #[arg(long, default_value_t = 32)]
+    create_concurrency: usize,
+    /// Where to write the JSON report.
+    #[arg(long)]
+    report: PathBuf,
+}
+
+fn scaler_name(i: usize) -> String {
+    format!("s{i:05}")
+}
+
+/// The exposition of `llm_queue{scaler="s…"}` for every scaler: 0.5 (one replica at target 0.5,
+/// steady) except the `changed` ones at 1.5 (three replicas).
+fn exposition(n: usize, changed: usize) -> String {
+    let mut text = String::from("# TYPE llm_queue gauge\n");
+    for i in 0..n {
+        let value = if i < changed { 1.5 } else { 0.5 };
+        text.push_str(&format!(
+            "llm_queue{{scaler=\"{}\"}} {value}\n",
+            scaler_name(i)
+        ));
+    }
+    text
+}
+
+/// One reading of every counter the report is made of.
+#[derive(Debug, Clone)]
+struct Reading {
+    at: Instant,
+    cpu_seconds: f64,
+    rss_kib: u64,
+    api: BTreeMap<String, f64>,
+    prometheus_queries: f64,
+    syncs: u64,
+    lag_buckets: Vec<(f64, f64)>,
+}
+
+/// utime + stime of `pid`, seconds, and VmRSS, KiB.
+fn process_usage(pid: u32, ticks_per_second: f64) -> anyhow::Result<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the ')'.
+    let utime: f64 = fields.get(11).context("utime")?.parse()?;
+    let stime: f64 = fields.get(12).context("stime")?.parse()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("VmRSS")?;
+    Ok(((utime + stime) / ticks_per_second, rss))
+}
+
+/// `apiserver_request_total` summed by `verb resource` over [`OPERATOR_RESOURCES`].
+fn api_requests() -> anyhow::Result<BTreeMap<String, f64>> {
+    let metrics = run_command(&kubectl_path(), &["get", "--raw", "/metrics"], None)?;
+    let mut out = BTreeMap::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            let key = format!("{name}=\"");
+            let start = line.find(&key)? + key.len();
+            line[start..].split('"').next().map(str::to_owned)
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+            continue;
+        };
+        if !OPERATOR_RESOURCES.contains(&resource.as_str()) {
+            continue;
+        }
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry(format!("{verb} {resource}")).or_default() += value;
+    }
+    Ok(out)
+}
+
+/// Prometheus's count of instant-query requests.
+async fn prometheus_queries(url: &str) -> anyhow::Result<f64> {
+    let text = reqwest::get(format!("{url}/metrics")).await?.text().await?;
+    Ok(text
+        .lines()
+        .filter(|l| {
+            l.starts_with("prometheus_http_requests_total{")
+                && l.contains("handler=\"/api/v1/query\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+/// The cumulative buckets `(le, count)` of `llmscaler_evaluation_lag_seconds`.
+fn lag_buckets(metrics: &str) -> Vec<(f64, f64)> {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("llmscaler_evaluation_lag_seconds_bucket{le=\""))
+        .filter_map(|l| {
+            let (le, rest) = l.split_once('"')?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, rest.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The upper bound of the bucket holding quantile `q` of the observations between two readings
+/// of cumulative buckets (`None` without observations).
+fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> {
+    let deltas: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(le, n)| {
+            let prior = before
+                .iter()
+                .find(|(l, _)| l == le)
+                .map_or(0.0, |(_, c)| *c);
+            (*le, n - prior)
+        })
+        .collect();
+    let total = deltas.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    deltas
+        .iter()
+        .find(|(_, cumulative)| *cumulative >= q * total)
+        .map(|(le, _)| *le)
+}
+
+async fn read(world: &World, pid: u32, ticks: f64) -> anyhow::Result<Reading> {
+    let (cpu_seconds, rss_kib) = process_usage(pid, ticks)?;
+    let metrics = world.operators[0].metrics().await?;
+    Ok(Reading {
+        at: Instant::now(),
+        cpu_seconds,
+        rss_kib,
+        api: api_requests()?,
+        prometheus_queries: prometheus_queries(&world.prometheus.url()).await?,
+        syncs: reconcile_count(&metrics),
+        lag_buckets: lag_buckets(&metrics),
+    })
+}
+
+/// Applies every Deployment and scaler, `concurrency` at a time.
+async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
+    let ns = world.namespace().to_owned();
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        world.client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let scalers: Api<DynamicObject> =
+        Api::namespaced_with(world.client.clone(), &ns, &scaler_resource());
+    let prometheus = world.prometheus.url();
+    let period = args.sync_period_seconds;
+    futures::stream::iter(0..args.scalers)
+        .map(|i| {
+            let (deployments, scalers, ns, prometheus) = (&deployments, &scalers, &ns, &prometheus);
+            async move {
+                let name = scaler_name(i);
+                let deployment = deployment_manifest(ns, &name, Some(1));
+                deployments
+                    .patch(
+                        &name,
+                        &PatchParams::apply(SETUP_MANAGER).force(),
+                        &Patch::Apply(&deployment),
+                    )
+                    .await
+                    .with_context(|| format!("creating Deployment {name}"))?;
+                let spec = queue_scaler_spec(
+                    prometheus,
+                    deployment_ref(&name),
+                    &name,
+                    (1, 10),
+                    json!({"syncPeriodSeconds": period, "retryPeriodSeconds": period}),
+                );
+                let scaler = json!({
+                    "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+                    "kind": "LLMScaler",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": spec,
+                });
+                scalers
+                    .patch(
+                        &name,
+                        &PatchParams::apply("e2e-user").force(),
+                        &Patch::Apply(&scaler),
+                    )
+                    .await
+                    .with_context(|| format!("creating LLMScaler {name}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(args.create_concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await
+        .map(drop)
+}
+
+/// Waits until every Deployment has one Ready replica.
+async fn wait_all_ready(world: &World, n: usize) -> anyhow::Result<()> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        world.client.clone(),
+        world.namespace(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let timeout = Duration::from_secs(120 + 2 * u64::try_from(n).unwrap_or(u64::MAX) / 10);
+    wait_for_every(
+        &format!("{n} Deployments with a Ready pod"),
+        timeout,
+        Duration::from_secs(2),
+        || async {
+            let list = api.list(&ListParams::default()).await?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|d| d.data["status"]["readyReplicas"].as_i64() == Some(1))
+                .count();
+            Ok(if ready >= n {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{ready} ready"))
+            })
+        },
+    )
+    .await
+}
+
+/// Changes the series of the first `k` scalers to 1.5 (three replicas) and returns, per scaler,
+/// the seconds until its Deployment's `spec.replicas` was 3.
+async fn change_latency(
+    world: &World,
+    n: usize,
+    k: usize,
+    period: u32,
+) -> anyhow::Result<Vec<f64>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        world.client.clone(),
+        world.namespace(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let sample: Vec<String> = (0..k).map(scaler_name).collect();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(stream);
+    // The watch has started (its first list) before the change is made.
+    stream.next().await.context("watch ended")??;
+    let start = Instant::now();
+    world.exporter.set(exposition(n, k));
+    let mut seen: HashMap<String, f64> = HashMap::new();
+    let deadline = Duration::from_secs(u64::from(period) * 3 + 60);
+    while seen.len() < k {
+        let remaining = deadline.saturating_sub(start.elapsed());
+        let Ok(next) = tokio::time::timeout(remaining, stream.next()).await else {
+            bail!(
+                "only {} of {k} Deployments reached 3 replicas within {deadline:?}",
+                seen.len()
+            );
+        };
+        let object = next.context("watch ended")??;
+        let name = object.metadata.name.clone().unwrap_or_default();
+        if sample.contains(&name)
+            && object.data["spec"]["replicas"].as_i64() == Some(3)
+            && !seen.contains_key(&name)
+        {
+            seen.insert(name, start.elapsed().as_secs_f64());
+        }
+    }
+    let mut latencies: Vec<f64> = seen.into_values().collect();
+    latencies.sort_by(f64::total_cmp);
+    Ok(latencies)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let index = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted.get(index).copied()
+}
+
+#[allow(clippy::cast_precision_loss)] // counts far below 2^52
+async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
+    let n = args.scalers;
+    let ticks: f64 = run_command("getconf", &["CLK_TCK"], None)?.trim().parse()?;
+    world.exporter.set(exposition(n, 0));
+    let setup = Instant::now();
+    create_objects(world, args).await?;
+    eprintln!(
+        "created {n} Deployments and scalers in {:.0?}",
+        setup.elapsed()
+    );
+    wait_all_ready(world, n).await?;
+    eprintln!("every Deployment Ready after {:.0?}", setup.elapsed());
+
+    let concurrency = args.max_concurrent_syncs.to_string();
+    let started = Instant::now();
+    world
+        .start_operator("scale-0", &["--max-concurrent-syncs", &concurrency])
+        .await?;
+    let pid = world.operators[0].pid().context("operator pid")?;
+    let all = u64::try_from(n)?;
+    wait_for_every(
+        &format!("{n} first syncs"),
+        Duration::from_secs(600),
+        Duration::from_secs(1),
+        || async {
+            let syncs = reconcile_count(&world.operators[0].metrics().await?);
+            Ok(if syncs >= all {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{syncs} syncs"))
+            })
+        },
+    )
+    .await?;
+    let first_sync_seconds = started.elapsed().as_secs_f64();
+    eprintln!("every scaler synced once after {first_sync_seconds:.1} s; settling one period");
+    // Settle: every scaler's first (status-writing) sync is followed by steady ones.
+    let settle_until =
+        Instant::now() + Duration::from_secs(u64::from(args.sync_period_seconds) + 2);
+    tokio::time::sleep_until(settle_until.into()).await;
+
+    let before = read(world, pid, ticks).await?;
+    let mut peak_rss_kib = before.rss_kib;
+    let end = before.at + Duration::from_secs(args.measure_seconds);
+    while Instant::now() < end {
+        let step = (Instant::now() + Duration::from_secs(5)).min(end);
+        tokio::time::sleep_until(step.into()).await;
+        peak_rss_kib = peak_rss_kib.max(process_usage(pid, ticks)?.1);
+    }
+    let after = read(world, pid, ticks).await?;
+    let window = after.at.duration_since(before.at).as_secs_f64();
+    let syncs = after.syncs.saturating_sub(before.syncs);
+    let api_delta: BTreeMap<String, f64> = after
+        .api
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.api.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    let api_total: f64 = api_delta.values().sum();
+    let cpu = after.cpu_seconds - before.cpu_seconds;
+    let per_sync = |x: f64| {
+        if syncs == 0 {
+            None
+        } else {
+            Some(x / syncs as f64)
+        }
+    };
+    eprintln!(
+        "window {window:.0} s: {syncs} syncs, {api_total} API requests, cpu {cpu:.2} s, rss {} KiB",
+        after.rss_kib
+    );
+
+    let k = args.latency_sample.min(n);
+    let latencies = change_latency(world, n, k, args.sync_period_seconds).await?;
+    Ok(json!({
+        "scalers": n,
+        "sync_period_seconds": args.sync_period_seconds,
+        "max_concurrent_syncs": args.max_concurrent_syncs,
+        "setup_seconds": setup.elapsed().as_secs_f64() - started.elapsed().as_secs_f64(),
+        "first_sync_of_all_seconds": first_sync_seconds,
+        "window_seconds": window,
+        "syncs": syncs,
+        "syncs_expected": window * n as f64 / f64::from(args.sync_period_seconds),
+        "rss_mib": after.rss_kib as f64 / 1024.0,
+        "peak_rss_mib": peak_rss_kib as f64 / 1024.0,
+        "cpu_cores": cpu / window,
+        "cpu_seconds_per_hour": cpu / window * 3600.0,
+        "api_requests": api_total,
+        "api_requests_by_verb": api_delta,
+        "api_requests_per_scaler_per_sync": per_sync(api_total),
+        "prometheus_queries_per_sync": per_sync(after.prometheus_queries - before.prometheus_queries),
+        "lag_p50_seconds": quantile(&before.lag_buckets, &after.lag_buckets, 0.5),
+        "lag_p99_seconds": quantile(&before.lag_buckets, &after.lag_buckets, 0.99),
+        "change_to_replicas_sample": k,
+        "change_to_replicas_p50_seconds": percentile(&latencies, 0.5),
+        "change_to_replicas_max_seconds": latencies.last(),
+    }))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    llmscaler_e2e::install_crypto_provider();
+    let args = Args::parse();
+    let mut world = World::new("scale").await?;
+    let result = bench(&mut world, &args).await;
+    if result.is_err() {
+        eprintln!("{}", world.operator_logs());
+    }
+    let report = result?;
+    std::fs::write(&args.report, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", args.report.display()))?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    world.finish().await
+}
