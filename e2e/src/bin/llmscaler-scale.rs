@@ -8,8 +8,16 @@
 //! scalers and times each until its Deployment's `spec.replicas` is written. Writes one JSON
 //! report. A benchmark, not a test: it fails only when the setup does not come up.
 //!
-//! usage: llmscaler-scale --scalers N --report FILE [--sync-period-seconds 15]
-//!        [--measure-seconds 120] [--latency-sample 20] [--max-concurrent-syncs 32]
+//! With `--autoscaler keda` the same Deployments get KEDA ScaledObjects instead (Prometheus
+//! trigger on the same query, threshold 0.5, `pollingInterval` = the sync period) served by the
+//! KEDA of `e2e/keda up` (pids from `e2e/keda env`): RSS and CPU are those of KEDA's operator and
+//! metrics API server together, API requests include the HPAs' (kube-controller-manager's)
+//! requests and the external metrics reads, per scaler per period; the lag is KEDA's own
+//! `keda_internal_scale_loop_latency_seconds` (a gauge per ScaledObject, sampled every 5 s).
+//!
+//! usage: llmscaler-scale --scalers N --report FILE [--autoscaler llmscaler|keda]
+//!        [--sync-period-seconds 15] [--measure-seconds 120] [--latency-sample 20]
+//!        [--max-concurrent-syncs 32]
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -36,10 +44,23 @@ use serde_json::{Value, json};
 const OPERATOR_RESOURCES: &[&str] = &[
     "deployments",
     "llmscalers",
+    "scaledobjects",
     "pods",
     "horizontalpodautoscalers",
     "events",
 ];
+
+/// The API group of KEDA's external metrics (every read of one is counted).
+const EXTERNAL_METRICS: &str = "external.metrics.k8s.io";
+
+/// Which autoscaler serves the Deployments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Autoscaler {
+    /// One `llmscaler run` started by the driver.
+    Llmscaler,
+    /// The KEDA of `e2e/keda up`, with the cluster's HPA controller.
+    Keda,
+}
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -55,6 +76,9 @@ struct Args {
     /// How many scalers get a metric change for the change → `spec.replicas` timing.
     #[arg(long, default_value_t = 20)]
     latency_sample: usize,
+    /// The autoscaler under test.
+    #[arg(long, value_enum, default_value = "llmscaler")]
+    autoscaler: Autoscaler,
     /// `--max-concurrent-syncs` of the operator.
     #[arg(long, default_value_t = 32)]
     max_concurrent_syncs: u16,
@@ -127,10 +151,12 @@ fn api_requests() -> anyhow::Result<BTreeMap<String, f64>> {
             let start = line.find(&key)? + key.len();
             line[start..].split('"').next().map(str::to_owned)
         };
-        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+        let (Some(verb), Some(mut resource)) = (label("verb"), label("resource")) else {
             continue;
         };
-        if !OPERATOR_RESOURCES.contains(&resource.as_str()) {
+        if label("group").as_deref() == Some(EXTERNAL_METRICS) {
+            resource = EXTERNAL_METRICS.to_owned();
+        } else if !OPERATOR_RESOURCES.contains(&resource.as_str()) {
             continue;
         }
         let value: f64 = line
@@ -196,9 +222,20 @@ fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> 
         .map(|(le, _)| *le)
 }
 
-async fn read(world: &World, pid: u32, ticks: f64) -> anyhow::Result<Reading> {
-    let (cpu_seconds, rss_kib) = process_usage(pid, ticks)?;
-    let metrics = world.operators[0].metrics().await?;
+/// Summed usage of `pids`: CPU seconds and RSS, KiB.
+fn usage(pids: &[u32], ticks: f64) -> anyhow::Result<(f64, u64)> {
+    pids.iter().try_fold((0.0, 0), |(cpu, rss), pid| {
+        let (c, r) = process_usage(*pid, ticks)?;
+        Ok((cpu + c, rss + r))
+    })
+}
+
+async fn read(world: &World, pids: &[u32], ticks: f64) -> anyhow::Result<Reading> {
+    let (cpu_seconds, rss_kib) = usage(pids, ticks)?;
+    let metrics = match world.operators.first() {
+        Some(operator) => operator.metrics().await?,
+        None => String::new(),
+    };
     Ok(Reading {
         at: Instant::now(),
         cpu_seconds,
@@ -221,8 +258,18 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
             "deployments",
         ),
     );
-    let scalers: Api<DynamicObject> =
-        Api::namespaced_with(world.client.clone(), &ns, &scaler_resource());
+    let scalers: Api<DynamicObject> = Api::namespaced_with(
+        world.client.clone(),
+        &ns,
+        &match args.autoscaler {
+            Autoscaler::Llmscaler => scaler_resource(),
+            Autoscaler::Keda => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+                "scaledobjects",
+            ),
+        },
+    );
+    let autoscaler = args.autoscaler;
     let prometheus = world.prometheus.url();
     let period = args.sync_period_seconds;
     futures::stream::iter(0..args.scalers)
@@ -239,19 +286,21 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
                     )
                     .await
                     .with_context(|| format!("creating Deployment {name}"))?;
-                let spec = queue_scaler_spec(
-                    prometheus,
-                    deployment_ref(&name),
-                    &name,
-                    (1, 10),
-                    json!({"syncPeriodSeconds": period, "retryPeriodSeconds": period}),
-                );
-                let scaler = json!({
-                    "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
-                    "kind": "LLMScaler",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": spec,
-                });
+                let scaler = match autoscaler {
+                    Autoscaler::Llmscaler => json!({
+                        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+                        "kind": "LLMScaler",
+                        "metadata": {"name": name, "namespace": ns},
+                        "spec": queue_scaler_spec(
+                            prometheus,
+                            deployment_ref(&name),
+                            &name,
+                            (1, 10),
+                            json!({"syncPeriodSeconds": period, "retryPeriodSeconds": period}),
+                        ),
+                    }),
+                    Autoscaler::Keda => scaled_object(ns, &name, prometheus, period),
+                };
                 scalers
                     .patch(
                         &name,
@@ -259,7 +308,7 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
                         &Patch::Apply(&scaler),
                     )
                     .await
-                    .with_context(|| format!("creating LLMScaler {name}"))?;
+                    .with_context(|| format!("creating the autoscaler of {name}"))?;
                 anyhow::Ok(())
             }
         })
@@ -267,6 +316,78 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
         .try_collect::<Vec<()>>()
         .await
         .map(drop)
+}
+
+/// A KEDA ScaledObject on Deployment `name` with the Prometheus trigger on the same query and
+/// target as the LLMScaler of the llmscaler run, HPA defaults otherwise.
+fn scaled_object(namespace: &str, name: &str, prometheus: &str, period: u32) -> Value {
+    json!({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"name": name},
+            "pollingInterval": period,
+            "minReplicaCount": 1,
+            "maxReplicaCount": 10,
+            "triggers": [{
+                "type": "prometheus",
+                "metadata": {
+                    "serverAddress": prometheus,
+                    "query": format!("avg(llm_queue{{scaler=\"{name}\"}})"),
+                    "threshold": "0.5",
+                },
+            }],
+        },
+    })
+}
+
+/// How many of KEDA's HPAs in `namespace` have read their external metric.
+async fn hpas_with_metrics(world: &World) -> anyhow::Result<usize> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        world.client.clone(),
+        world.namespace(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("autoscaling", "v2", "HorizontalPodAutoscaler"),
+            "horizontalpodautoscalers",
+        ),
+    );
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|h| {
+            h.data["status"]["currentMetrics"]
+                .as_array()
+                .is_some_and(|m| !m.is_empty())
+        })
+        .count())
+}
+
+/// The values of `keda_internal_scale_loop_latency_seconds` in KEDA's operator metrics.
+async fn keda_loop_latencies() -> anyhow::Result<Vec<f64>> {
+    let url = std::env::var("KEDA_OPERATOR_METRICS")
+        .context("KEDA_OPERATOR_METRICS unset: eval \"$(e2e/keda env)\"")?;
+    let text = reqwest::get(url).await?.text().await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("keda_internal_scale_loop_latency_seconds{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect())
+}
+
+/// The pids of KEDA's operator and metrics API server, from `e2e/keda env`.
+fn keda_pids() -> anyhow::Result<Vec<u32>> {
+    ["KEDA_OPERATOR_PID", "KEDA_ADAPTER_PID"]
+        .iter()
+        .map(|var| {
+            std::env::var(var)
+                .with_context(|| format!("{var} unset: eval \"$(e2e/keda env)\""))?
+                .parse::<u32>()
+                .with_context(|| format!("{var} is not a pid"))
+        })
+        .collect()
 }
 
 /// Waits until every Deployment has one Ready replica.
@@ -379,21 +500,29 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
 
     let concurrency = args.max_concurrent_syncs.to_string();
     let started = Instant::now();
-    world
-        .start_operator("scale-0", &["--max-concurrent-syncs", &concurrency])
-        .await?;
-    let pid = world.operators[0].pid().context("operator pid")?;
+    let pids = match args.autoscaler {
+        Autoscaler::Llmscaler => {
+            world
+                .start_operator("scale-0", &["--max-concurrent-syncs", &concurrency])
+                .await?;
+            vec![world.operators[0].pid().context("operator pid")?]
+        }
+        Autoscaler::Keda => keda_pids()?,
+    };
     let all = u64::try_from(n)?;
     wait_for_every(
         &format!("{n} first syncs"),
-        Duration::from_secs(600),
+        Duration::from_secs(900),
         Duration::from_secs(1),
         || async {
-            let syncs = reconcile_count(&world.operators[0].metrics().await?);
-            Ok(if syncs >= all {
+            let synced = match args.autoscaler {
+                Autoscaler::Llmscaler => reconcile_count(&world.operators[0].metrics().await?),
+                Autoscaler::Keda => u64::try_from(hpas_with_metrics(world).await?)?,
+            };
+            Ok(if synced >= all {
                 Check::Done(())
             } else {
-                Check::NotYet(format!("{syncs} syncs"))
+                Check::NotYet(format!("{synced} synced"))
             })
         },
     )
@@ -405,24 +534,34 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
         Instant::now() + Duration::from_secs(u64::from(args.sync_period_seconds) + 2);
     tokio::time::sleep_until(settle_until.into()).await;
 
-    let before = read(world, pid, ticks).await?;
+    let before = read(world, &pids, ticks).await?;
     let mut peak_rss_kib = before.rss_kib;
+    let mut keda_latencies = Vec::new();
     let end = before.at + Duration::from_secs(args.measure_seconds);
     while Instant::now() < end {
         let step = (Instant::now() + Duration::from_secs(5)).min(end);
         tokio::time::sleep_until(step.into()).await;
-        peak_rss_kib = peak_rss_kib.max(process_usage(pid, ticks)?.1);
+        peak_rss_kib = peak_rss_kib.max(usage(&pids, ticks)?.1);
+        if args.autoscaler == Autoscaler::Keda {
+            keda_latencies.extend(keda_loop_latencies().await?);
+        }
     }
-    let after = read(world, pid, ticks).await?;
+    keda_latencies.sort_by(f64::total_cmp);
+    let after = read(world, &pids, ticks).await?;
     let window = after.at.duration_since(before.at).as_secs_f64();
-    let syncs = after.syncs.saturating_sub(before.syncs);
+    // KEDA exports no count of its polls: a period per scaler stands in for a sync.
+    let syncs = match args.autoscaler {
+        Autoscaler::Llmscaler => after.syncs.saturating_sub(before.syncs),
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Autoscaler::Keda => (window * n as f64 / f64::from(args.sync_period_seconds)) as u64,
+    };
     let api_delta: BTreeMap<String, f64> = after
         .api
         .iter()
         .map(|(k, v)| (k.clone(), v - before.api.get(k).copied().unwrap_or(0.0)))
         .filter(|(_, v)| *v > 0.0)
         .collect();
-    let api_total: f64 = api_delta.values().sum();
+    let api_total: f64 = api_delta.values().fold(0.0, |sum, v| sum + v);
     let cpu = after.cpu_seconds - before.cpu_seconds;
     let per_sync = |x: f64| {
         if syncs == 0 {
@@ -438,7 +577,18 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
 
     let k = args.latency_sample.min(n);
     let latencies = change_latency(world, n, k, args.sync_period_seconds).await?;
+    let (lag_p50, lag_p99) = match args.autoscaler {
+        Autoscaler::Llmscaler => (
+            quantile(&before.lag_buckets, &after.lag_buckets, 0.5),
+            quantile(&before.lag_buckets, &after.lag_buckets, 0.99),
+        ),
+        Autoscaler::Keda => (
+            percentile(&keda_latencies, 0.5),
+            percentile(&keda_latencies, 0.99),
+        ),
+    };
     Ok(json!({
+        "autoscaler": format!("{:?}", args.autoscaler).to_lowercase(),
         "scalers": n,
         "sync_period_seconds": args.sync_period_seconds,
         "max_concurrent_syncs": args.max_concurrent_syncs,
@@ -455,8 +605,8 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
         "api_requests_by_verb": api_delta,
         "api_requests_per_scaler_per_sync": per_sync(api_total),
         "prometheus_queries_per_sync": per_sync(after.prometheus_queries - before.prometheus_queries),
-        "lag_p50_seconds": quantile(&before.lag_buckets, &after.lag_buckets, 0.5),
-        "lag_p99_seconds": quantile(&before.lag_buckets, &after.lag_buckets, 0.99),
+        "lag_p50_seconds": lag_p50,
+        "lag_p99_seconds": lag_p99,
         "change_to_replicas_sample": k,
         "change_to_replicas_p50_seconds": percentile(&latencies, 0.5),
         "change_to_replicas_max_seconds": latencies.last(),
