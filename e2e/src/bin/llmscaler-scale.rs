@@ -32,7 +32,7 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, watcher};
 use llmscaler_e2e::fixture::{
     SETUP_MANAGER, World, deployment_manifest, deployment_ref, queue_scaler_spec, reconcile_count,
-    scaler_resource,
+    scaler_resource, writes_of,
 };
 use llmscaler_e2e::operator::run_command;
 use llmscaler_e2e::{Check, kubectl_path, wait_for_every};
@@ -422,6 +422,18 @@ async fn wait_all_ready(world: &World, n: usize) -> anyhow::Result<()> {
     .await
 }
 
+/// Every write the operator counted (`llmscaler_writes_total`, all kinds); 0 without an operator.
+async fn operator_writes(world: &World) -> anyhow::Result<u64> {
+    let Some(operator) = world.operators.first() else {
+        return Ok(0);
+    };
+    let metrics = operator.metrics().await?;
+    Ok(["replicas", "status", "deletion_cost"]
+        .iter()
+        .map(|kind| writes_of(&metrics, kind))
+        .sum())
+}
+
 /// Changes the series of the first `k` scalers to 1.5 (three replicas) and returns, per scaler,
 /// the seconds until its Deployment's `spec.replicas` was 3.
 async fn change_latency(
@@ -529,10 +541,25 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
     .await?;
     let first_sync_seconds = started.elapsed().as_secs_f64();
     eprintln!("every scaler synced once after {first_sync_seconds:.1} s; settling one period");
-    // Settle: every scaler's first (status-writing) sync is followed by steady ones.
-    let settle_until =
-        Instant::now() + Duration::from_secs(u64::from(args.sync_period_seconds) + 2);
-    tokio::time::sleep_until(settle_until.into()).await;
+    // Settle: the first syncs claim `spec.replicas` and write status; steady means a whole
+    // period without a write (llmscaler), or one period (KEDA, which counts no writes).
+    let period = Duration::from_secs(u64::from(args.sync_period_seconds) + 2);
+    let settle_deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let writes_before = operator_writes(world).await?;
+        tokio::time::sleep(period).await;
+        let writes = operator_writes(world).await?;
+        if writes == writes_before {
+            break;
+        }
+        eprintln!(
+            "{} writes in the last period; settling",
+            writes - writes_before
+        );
+        if Instant::now() > settle_deadline {
+            bail!("still writing after 10 minutes: not steady");
+        }
+    }
 
     let before = read(world, &pids, ticks).await?;
     let mut peak_rss_kib = before.rss_kib;
