@@ -76,6 +76,11 @@ struct Args {
     /// How many scalers get a metric change for the change → `spec.replicas` timing.
     #[arg(long, default_value_t = 20)]
     latency_sample: usize,
+    /// Steady replicas of every Deployment: 1 (one kwok pod each, series at 0.5) or 0 (no pods,
+    /// series at 0, `minReplicas` 0; for large N, where creating the pods would take longer than
+    /// the run on a busy machine).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..=1))]
+    idle_replicas: i32,
     /// The autoscaler under test.
     #[arg(long, value_enum, default_value = "llmscaler")]
     autoscaler: Autoscaler,
@@ -96,10 +101,11 @@ fn scaler_name(i: usize) -> String {
 
 /// The exposition of `llm_queue{scaler="s…"}` for every scaler: 0.5 (one replica at target 0.5,
 /// steady) except the `changed` ones at 1.5 (three replicas).
-fn exposition(n: usize, changed: usize) -> String {
+fn exposition(n: usize, changed: usize, idle_replicas: i32) -> String {
+    let steady = if idle_replicas == 0 { 0.0 } else { 0.5 };
     let mut text = String::from("# TYPE llm_queue gauge\n");
     for i in 0..n {
-        let value = if i < changed { 1.5 } else { 0.5 };
+        let value = if i < changed { 1.5 } else { steady };
         text.push_str(&format!(
             "llm_queue{{scaler=\"{}\"}} {value}\n",
             scaler_name(i)
@@ -270,6 +276,7 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
         },
     );
     let autoscaler = args.autoscaler;
+    let idle = args.idle_replicas;
     let prometheus = world.prometheus.url();
     let period = args.sync_period_seconds;
     futures::stream::iter(0..args.scalers)
@@ -277,7 +284,7 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
             let (deployments, scalers, ns, prometheus) = (&deployments, &scalers, &ns, &prometheus);
             async move {
                 let name = scaler_name(i);
-                let deployment = deployment_manifest(ns, &name, Some(1));
+                let deployment = deployment_manifest(ns, &name, Some(idle));
                 deployments
                     .patch(
                         &name,
@@ -295,11 +302,11 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
                             prometheus,
                             deployment_ref(&name),
                             &name,
-                            (1, 10),
+                            (idle, 10),
                             json!({"syncPeriodSeconds": period, "retryPeriodSeconds": period}),
                         ),
                     }),
-                    Autoscaler::Keda => scaled_object(ns, &name, prometheus, period),
+                    Autoscaler::Keda => scaled_object(ns, &name, prometheus, (period, idle)),
                 };
                 scalers
                     .patch(
@@ -320,7 +327,12 @@ async fn create_objects(world: &World, args: &Args) -> anyhow::Result<()> {
 
 /// A KEDA ScaledObject on Deployment `name` with the Prometheus trigger on the same query and
 /// target as the LLMScaler of the llmscaler run, HPA defaults otherwise.
-fn scaled_object(namespace: &str, name: &str, prometheus: &str, period: u32) -> Value {
+fn scaled_object(
+    namespace: &str,
+    name: &str,
+    prometheus: &str,
+    (period, min): (u32, i32),
+) -> Value {
     json!({
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
@@ -328,7 +340,7 @@ fn scaled_object(namespace: &str, name: &str, prometheus: &str, period: u32) -> 
         "spec": {
             "scaleTargetRef": {"name": name},
             "pollingInterval": period,
-            "minReplicaCount": 1,
+            "minReplicaCount": min,
             "maxReplicaCount": 10,
             "triggers": [{
                 "type": "prometheus",
@@ -342,14 +354,15 @@ fn scaled_object(namespace: &str, name: &str, prometheus: &str, period: u32) -> 
     })
 }
 
-/// How many of KEDA's HPAs in `namespace` have read their external metric.
-async fn hpas_with_metrics(world: &World) -> anyhow::Result<usize> {
+/// How many ScaledObjects of the namespace KEDA reports Ready (their HPA made, their trigger
+/// read).
+async fn ready_scaled_objects(world: &World) -> anyhow::Result<usize> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         world.client.clone(),
         world.namespace(),
         &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("autoscaling", "v2", "HorizontalPodAutoscaler"),
-            "horizontalpodautoscalers",
+            &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+            "scaledobjects",
         ),
     );
     Ok(api
@@ -357,10 +370,11 @@ async fn hpas_with_metrics(world: &World) -> anyhow::Result<usize> {
         .await?
         .items
         .iter()
-        .filter(|h| {
-            h.data["status"]["currentMetrics"]
-                .as_array()
-                .is_some_and(|m| !m.is_empty())
+        .filter(|o| {
+            o.data["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
         })
         .count())
 }
@@ -434,13 +448,13 @@ async fn operator_writes(world: &World) -> anyhow::Result<u64> {
         .sum())
 }
 
-/// Changes the series of the first `k` scalers to 1.5 (three replicas) and returns, per scaler,
-/// the seconds until its Deployment's `spec.replicas` was 3.
+/// Changes the series of the first `k` of `n` scalers to 1.5 (three replicas) and returns, per
+/// scaler, the seconds until its Deployment's `spec.replicas` was 3.
 async fn change_latency(
     world: &World,
-    n: usize,
-    k: usize,
+    (n, k): (usize, usize),
     period: u32,
+    idle_replicas: i32,
 ) -> anyhow::Result<Vec<f64>> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         world.client.clone(),
@@ -458,7 +472,7 @@ async fn change_latency(
     // The watch has started (its first list) before the change is made.
     stream.next().await.context("watch ended")??;
     let start = Instant::now();
-    world.exporter.set(exposition(n, k));
+    world.exporter.set(exposition(n, k, idle_replicas));
     let mut seen: HashMap<String, f64> = HashMap::new();
     let deadline = Duration::from_secs(u64::from(period) * 3 + 60);
     while seen.len() < k {
@@ -500,14 +514,16 @@ fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
 async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
     let n = args.scalers;
     let ticks: f64 = run_command("getconf", &["CLK_TCK"], None)?.trim().parse()?;
-    world.exporter.set(exposition(n, 0));
+    world.exporter.set(exposition(n, 0, args.idle_replicas));
     let setup = Instant::now();
     create_objects(world, args).await?;
     eprintln!(
         "created {n} Deployments and scalers in {:.0?}",
         setup.elapsed()
     );
-    wait_all_ready(world, n).await?;
+    if args.idle_replicas > 0 {
+        wait_all_ready(world, n).await?;
+    }
     eprintln!("every Deployment Ready after {:.0?}", setup.elapsed());
 
     let concurrency = args.max_concurrent_syncs.to_string();
@@ -529,7 +545,7 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
         || async {
             let synced = match args.autoscaler {
                 Autoscaler::Llmscaler => reconcile_count(&world.operators[0].metrics().await?),
-                Autoscaler::Keda => u64::try_from(hpas_with_metrics(world).await?)?,
+                Autoscaler::Keda => u64::try_from(ready_scaled_objects(world).await?)?,
             };
             Ok(if synced >= all {
                 Check::Done(())
@@ -603,7 +619,8 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
     );
 
     let k = args.latency_sample.min(n);
-    let latencies = change_latency(world, n, k, args.sync_period_seconds).await?;
+    let latencies =
+        change_latency(world, (n, k), args.sync_period_seconds, args.idle_replicas).await?;
     let (lag_p50, lag_p99) = match args.autoscaler {
         Autoscaler::Llmscaler => (
             quantile(&before.lag_buckets, &after.lag_buckets, 0.5),
@@ -617,6 +634,7 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
     Ok(json!({
         "autoscaler": format!("{:?}", args.autoscaler).to_lowercase(),
         "scalers": n,
+        "idle_replicas": args.idle_replicas,
         "sync_period_seconds": args.sync_period_seconds,
         "max_concurrent_syncs": args.max_concurrent_syncs,
         "setup_seconds": setup.elapsed().as_secs_f64() - started.elapsed().as_secs_f64(),
