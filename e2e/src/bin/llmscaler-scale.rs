@@ -619,8 +619,12 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
     );
 
     let k = args.latency_sample.min(n);
-    let latencies =
-        change_latency(world, (n, k), args.sync_period_seconds, args.idle_replicas).await?;
+    // A change that is not carried out in time is a result too: the window's figures are kept.
+    let (latencies, change_error) =
+        match change_latency(world, (n, k), args.sync_period_seconds, args.idle_replicas).await {
+            Ok(latencies) => (latencies, None),
+            Err(err) => (Vec::new(), Some(format!("{err:#}"))),
+        };
     let (lag_p50, lag_p99) = match args.autoscaler {
         Autoscaler::Llmscaler => (
             quantile(&before.lag_buckets, &after.lag_buckets, 0.5),
@@ -655,6 +659,7 @@ async fn bench(world: &mut World, args: &Args) -> anyhow::Result<Value> {
         "change_to_replicas_sample": k,
         "change_to_replicas_p50_seconds": percentile(&latencies, 0.5),
         "change_to_replicas_max_seconds": latencies.last(),
+        "change_to_replicas_error": change_error,
     }))
 }
 
