@@ -46,6 +46,11 @@ pub struct RunArgs {
     /// RBAC in each is enough (the chart's `watchNamespaces`).
     #[arg(long, value_delimiter = ',')]
     pub watch_namespace: Vec<String>,
+    /// At most this many LLMScaler syncs run at once per watched namespace (0: no bound); the
+    /// others wait their turn, which shows in `llmscaler_evaluation_lag_seconds`
+    /// (`docs/scaling.md#pacing`).
+    #[arg(long, default_value_t = controller::DEFAULT_MAX_CONCURRENT_SYNCS)]
+    pub max_concurrent_syncs: u16,
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -144,6 +149,7 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         telemetry,
         identity,
         watch_namespaces: args.watch_namespace.clone(),
+        max_concurrent_syncs: args.max_concurrent_syncs,
     };
     let result = if args.no_leader_election {
         operator.run_single(&shutdown).await
@@ -210,6 +216,8 @@ struct Operator {
     identity: String,
     /// Empty: every namespace.
     watch_namespaces: Vec<String>,
+    /// Bound of concurrent syncs per controller.
+    max_concurrent_syncs: u16,
 }
 
 /// Why a leadership term ended.
@@ -235,13 +243,15 @@ impl Operator {
             self.watch_namespaces.iter().cloned().map(Some).collect()
         };
         let controllers = scopes.into_iter().map(|scope| {
-            let ctx = Arc::new(Context::new(
+            let mut ctx = Context::new(
                 self.client.clone(),
                 self.metrics_client.clone(),
                 self.telemetry.clone(),
                 (Some(self.identity.clone()), scope.clone()),
                 leadership.clone(),
-            ));
+            );
+            ctx.max_concurrent_syncs = self.max_concurrent_syncs;
+            let ctx = Arc::new(ctx);
             let mut stop = stop_rx.clone();
             Box::pin(controller::run(ctx, scope, async move {
                 let _ = stop.wait_for(|s| *s).await;

@@ -147,6 +147,12 @@ pub const EXPORTED: &[Exported] = &[
         labels: "",
         kind: MetricKind::Histogram,
     },
+    Exported {
+        name: "evaluation_lag_seconds",
+        help: "Delay from a scaler's due sync time to its evaluation, seconds",
+        labels: "",
+        kind: MetricKind::Histogram,
+    },
 ];
 
 /// Every series the operator exports ([`EXPORTED`]).
@@ -168,6 +174,9 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     /// Reconcile duration, seconds.
     pub reconcile_duration: Histogram,
+    /// Delay from a scaler's due sync time to its evaluation, seconds (one series for every
+    /// scaler: bounded at any number of scalers; `docs/scaling.md#pacing`).
+    pub evaluation_lag: Histogram,
     /// The label sets created per scaler, so [`Metrics::forget`] can remove them.
     created: Mutex<HashMap<(String, String), CreatedSeries>>,
     ready: AtomicBool,
@@ -200,6 +209,7 @@ impl Metrics {
         let metric_errors = Family::default();
         let writes = Family::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
+        let evaluation_lag = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let help = |name: &str| {
             EXPORTED
                 .iter()
@@ -238,6 +248,11 @@ impl Metrics {
             help("reconcile_duration_seconds"),
             reconcile_duration.clone(),
         );
+        registry.register(
+            "evaluation_lag_seconds",
+            help("evaluation_lag_seconds"),
+            evaluation_lag.clone(),
+        );
         Self {
             registry,
             current_replicas,
@@ -248,6 +263,7 @@ impl Metrics {
             metric_errors,
             writes,
             reconcile_duration,
+            evaluation_lag,
             created: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             healthy: AtomicBool::new(true),

@@ -8,8 +8,10 @@
 //! - [`report`]: the new status, the Events of condition flips, the operator's metrics;
 //! - [`state`]: per-scaler memory, evicted with the scaler.
 //!
-//! Pacing is a per-scaler requeue; the watch on LLMScalers is filtered by `metadata.generation`
-//! so the operator's own status writes do not re-trigger a sync.
+//! Pacing is a per-scaler requeue to the scaler's next due time ([`pacing`]: a stable phase in
+//! its period, so scalers with the same period do not fire together), with at most
+//! [`Context::max_concurrent_syncs`] syncs at once; the watch on LLMScalers is filtered by
+//! `metadata.generation` so the operator's own status writes do not re-trigger a sync.
 
 pub mod act;
 pub mod competitors;
@@ -18,6 +20,7 @@ pub mod drain;
 pub mod history;
 pub mod leadership;
 pub mod observe;
+pub mod pacing;
 pub mod pod_cache;
 pub mod report;
 pub mod state;
@@ -75,6 +78,9 @@ impl ControllerError {
     }
 }
 
+/// The default of [`Context::max_concurrent_syncs`] (`--max-concurrent-syncs`).
+pub const DEFAULT_MAX_CONCURRENT_SYNCS: u16 = 32;
+
 /// Shared state of every reconcile of one leadership term.
 pub struct Context {
     /// API client (the operator's ServiceAccount or kubeconfig).
@@ -98,6 +104,9 @@ pub struct Context {
     pub leadership: Leadership,
     /// How long to wait for pod-deletion-cost marks to become visible before a scale-down.
     pub mark_deadline: Duration,
+    /// At most this many syncs run at once (0: no bound); the rest wait, and their wait shows
+    /// as evaluation lag.
+    pub max_concurrent_syncs: u16,
     /// Per-scaler memory.
     pub states: States,
     /// The LLMScalers the controller watches (another scaler on the same target competes).
@@ -143,6 +152,7 @@ impl Context {
             clock: Arc::new(SystemClock),
             leadership,
             mark_deadline: Duration::from_secs(5),
+            max_concurrent_syncs: DEFAULT_MAX_CONCURRENT_SYNCS,
             states: States::default(),
         }
     }
@@ -181,11 +191,14 @@ pub async fn run(
     let store = reader.clone();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(without_managed_fields)
         .reflect(writer)
         .inspect(move |event| evict_deleted(&evictions, &store, event))
         .applied_objects()
         .predicate_filter(spec_or_pause, Default::default());
+    let config = kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_syncs);
     Controller::for_stream(stream, reader)
+        .with_config(config)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -213,6 +226,7 @@ fn watch_hpas(ctx: &Context, namespace: Option<&str>) -> Option<tokio::task::Joi
     };
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(without_managed_fields)
         .reflect(writer);
     Some(tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -222,6 +236,12 @@ fn watch_hpas(ctx: &Context, namespace: Option<&str>) -> Option<tokio::task::Joi
             }
         }
     }))
+}
+
+/// Drops `metadata.managedFields` from a cached object: no sync reads them from a scaler or an
+/// HPA, and they are often the larger part of a small object (memory per scaler, issue 14).
+fn without_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 /// What re-triggers a sync besides the requeue: a new `metadata.generation` (a spec change) or a
@@ -264,6 +284,11 @@ fn error_policy(scaler: Arc<LLMScaler>, err: &ControllerError, _ctx: Arc<Context
     Action::requeue(seconds(scaler.spec.effective_retry_period_seconds()))
 }
 
+/// A period in seconds (at least 1) as milliseconds.
+fn period_ms(s: i32) -> i64 {
+    i64::from(s.max(1)) * 1000
+}
+
 fn seconds(s: i32) -> Duration {
     Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))
 }
@@ -277,7 +302,14 @@ async fn reconcile(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, 
     apply_defaults(&mut spec);
 
     let mut state = ctx.states.take(&key, scaler.metadata.uid.as_deref());
-    let (outcome, requeue) = sync(&ctx, &scaler, &spec, &mut state, now).await;
+    if let Some(lag) = state
+        .due_ms
+        .and_then(|due| pacing::lag_seconds(due, now.as_millisecond()))
+    {
+        ctx.telemetry.evaluation_lag.observe(lag);
+    }
+    let (outcome, due_ms) = sync(&ctx, &scaler, &spec, &mut state, now).await;
+    state.due_ms = Some(due_ms);
     ctx.states.put(key.clone(), state);
 
     let (status, events) = report::status(&scaler, &outcome, now);
@@ -296,19 +328,26 @@ async fn reconcile(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, 
     ctx.telemetry
         .reconcile_duration
         .observe(timer.elapsed().as_secs_f64());
-    Ok(Action::requeue(requeue))
+    let wait_ms = due_ms
+        .saturating_sub(ctx.clock.now().as_millisecond())
+        .max(0);
+    Ok(Action::requeue(Duration::from_millis(
+        u64::try_from(wait_ms).unwrap_or(0),
+    )))
 }
 
 /// Observes, then decides and acts when everything needed was read. Returns what to report and
-/// when to sync again.
+/// when to sync again (milliseconds since the epoch): after `retryPeriodSeconds` when the sync
+/// failed, else at the scaler's next due time ([`pacing::next_due_ms`]).
 async fn sync(
     ctx: &Context,
     scaler: &LLMScaler,
     spec: &LLMScalerSpec,
     state: &mut ScalerState,
     now: Timestamp,
-) -> (Outcome, Duration) {
-    let retry = seconds(spec.effective_retry_period_seconds());
+) -> (Outcome, i64) {
+    let now_ms = now.as_millisecond();
+    let retry = now_ms.saturating_add(period_ms(spec.effective_retry_period_seconds()));
     let namespace = scaler.namespace().unwrap_or_default();
     let failed = |conditions| {
         (
@@ -334,10 +373,14 @@ async fn sync(
             &err.to_string(),
         )),
         Observation::SourceFailed(err) => failed(conditions::source_failed(&err.to_string())),
-        Observation::Observed(observed) => (
-            decide_and_act(ctx, scaler, spec, &observed, state, now).await,
-            seconds(spec.effective_sync_period_seconds()),
-        ),
+        Observation::Observed(observed) => {
+            let period = period_ms(spec.effective_sync_period_seconds());
+            let phase = pacing::phase_ms(&namespace, &scaler.name_any(), period);
+            (
+                decide_and_act(ctx, scaler, spec, &observed, state, now).await,
+                pacing::next_due_ms(now_ms, period, phase),
+            )
+        }
     }
 }
 

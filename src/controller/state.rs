@@ -31,6 +31,9 @@ pub struct ScalerState {
     /// Whether this term has read back the pods' rotation labels once (a drain left by another
     /// process is taken over, or its pods put back when drain is off).
     pub drain_recovered: bool,
+    /// When the next sync is due, milliseconds since the epoch (the evaluation lag is measured
+    /// from it; `docs/scaling.md#pacing`).
+    pub due_ms: Option<i64>,
 }
 
 /// A scale-down drain in progress (docs/scale-down.md#drain): pods out of rotation.

@@ -3,7 +3,8 @@
 //! watch starts the first time a scaler targets it; until it has listed, and for an object it
 //! does not hold (just created), the controller falls back to a GET. After the operator's own
 //! write the cache may lag: the object the write returned stands in until the watch delivers a
-//! newer version.
+//! newer version. Cached objects are [`prune`]d to what a sync reads, so thousands of cached
+//! targets stay small.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -109,10 +110,10 @@ impl TargetCache {
         self.written
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, (before, Arc::new(after)));
+            .insert(key, (before, Arc::new(pruned(after))));
     }
 
-    /// Starts the watch of one kind.
+    /// Starts the watch of one kind (objects [`prune`]d before they are stored).
     fn watch(&self, resource: &ApiResource) -> Watched {
         let api: Api<DynamicObject> = match &self.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
@@ -123,6 +124,7 @@ impl TargetCache {
         let kind = resource.kind.clone();
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
+            .modify(prune)
             .reflect(writer);
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
@@ -133,5 +135,113 @@ impl TargetCache {
             }
         });
         Watched { store, task }
+    }
+}
+
+/// The last-applied annotation of `kubectl apply`: a copy of the whole manifest, read by no sync.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a cached target what no sync reads (issue 14: memory per scaler): the pod
+/// template and every other `spec` field but `replicas` and `selector`, the last-applied
+/// annotation, and every `managedFields` entry that does not own `spec.replicas` (an owner keeps
+/// its manager, operation, time and `{"f:spec":{"f:replicas":{}}}`, all that
+/// [`super::target::replicas_owners`] reads). `status` and the rest of `metadata` stay.
+pub fn prune(object: &mut DynamicObject) {
+    if let Some(spec) = object.data.get_mut("spec").and_then(|s| s.as_object_mut()) {
+        spec.retain(|key, _| key == "replicas" || key == "selector");
+    }
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(entries) = object.metadata.managed_fields.as_mut() {
+        entries.retain_mut(|entry| {
+            let owns = entry
+                .fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:spec"))
+                .and_then(|spec| spec.get("f:replicas"))
+                .is_some();
+            if owns {
+                entry.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                    serde_json::json!({"f:spec": {"f:replicas": {}}}),
+                ));
+            }
+            owns
+        });
+    }
+}
+
+/// [`prune`] by value.
+fn pruned(mut object: DynamicObject) -> DynamicObject {
+    prune(&mut object);
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::target::{replicas_owners, state_of};
+
+    #[test]
+    fn a_pruned_target_reads_the_same() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "vllm", "namespace": "ns", "generation": 3, "resourceVersion": "7",
+                "annotations": {LAST_APPLIED: "{...}", "team": "a"},
+                "managedFields": [
+                    {"manager": "kubectl", "operation": "Apply", "time": "2026-01-01T00:00:00Z",
+                     "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {}}}}},
+                    {"manager": "kube-controller-manager", "operation": "Update",
+                     "time": "2026-01-01T00:00:01Z", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:status": {"f:readyReplicas": {}}}},
+                    {"manager": "llmscaler", "operation": "Apply", "time": "2026-01-01T00:00:02Z",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+                ]
+            },
+            "spec": {
+                "replicas": 4,
+                "selector": {"matchLabels": {"app": "vllm"}},
+                "template": {"metadata": {"labels": {"app": "vllm"}}, "spec": {"containers": []}}
+            },
+            "status": {"readyReplicas": 3, "replicas": 4, "updatedReplicas": 4, "observedGeneration": 3}
+        }))
+        .expect("object");
+        let before = state_of(object.clone(), "Deployment");
+        let after = state_of(pruned(object), "Deployment");
+        assert_eq!(
+            (
+                before.spec_replicas,
+                before.ready_replicas,
+                before.rollout_in_progress
+            ),
+            (
+                after.spec_replicas,
+                after.ready_replicas,
+                after.rollout_in_progress
+            )
+        );
+        assert_eq!(
+            before.other_replicas_managers,
+            after.other_replicas_managers
+        );
+        assert_eq!(before.owns_replicas, after.owns_replicas);
+        assert_eq!(
+            replicas_owners(&before.object),
+            replicas_owners(&after.object)
+        );
+        assert_eq!(
+            crate::controller::victims::selector_string(&before.object.data),
+            crate::controller::victims::selector_string(&after.object.data)
+        );
+        assert!(after.object.data["spec"].get("template").is_none());
+        let annotations = after.object.metadata.annotations.expect("annotations");
+        assert_eq!(annotations.len(), 1);
+        assert_eq!(
+            after.object.metadata.managed_fields.map(|m| m.len()),
+            Some(2)
+        );
     }
 }
