@@ -38,6 +38,8 @@ pub struct Outcome {
     /// Whether the operator acted, when a decision was made: `Some(None)` active,
     /// `Some(Some(by))` paused or advisory (what holds it).
     pub passive_by: Option<Option<String>>,
+    /// The measured start-up time, seconds, when `spec.startup` is set and one was measured.
+    pub startup_seconds: Option<i32>,
 }
 
 /// The new status of `scaler` after a sync at `now`, and the Events of the condition flips.
@@ -87,6 +89,7 @@ pub fn status(
                     .map_or(Time(now), |p| p.since.clone()),
             }),
         },
+        startup_seconds: outcome.startup_seconds.or(previous.startup_seconds),
         conditions: Some(merged),
     };
     (status, events)

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::engine::History;
+use crate::engine::startup::StartupTracker;
 use crate::engine::contest::ContestMemory;
 
 /// A scaler's key: namespace and name.
@@ -26,6 +27,9 @@ pub struct ScalerState {
     pub warned_cost_query: bool,
     /// The last replica count advised in advisory mode (an Event is published when it changes).
     pub last_advice: Option<i32>,
+    /// The measured start-up time and the scale-ups waiting for their replicas
+    /// (docs/guards.md#start-up-awareness); `status.startupSeconds` seeds it in a new term.
+    pub startup: Option<StartupTracker>,
 }
 
 /// Every scaler's memory, shared by the reconciles of one leadership term.
