@@ -83,6 +83,9 @@ pub struct Options {
     pub compare: Vec<Comparator>,
     /// Seconds the run goes on after the last arrival.
     pub tail_seconds: f64,
+    /// The scaler whose metrics `hpa` and `keda` run on (`--comparators-scaler`); `None` = the
+    /// replayed scaler's own. Its bounds are not used: every policy has the replayed scaler's.
+    pub comparators_scaler: Option<LLMScaler>,
 }
 
 /// Why the replay could not run.
@@ -237,7 +240,15 @@ pub fn run(
     };
     let period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
     let llmscaler = LlmscalerPolicy::new(spec)?;
-    let shapes = shapes(spec)?;
+    let shapes = match &options.comparators_scaler {
+        Some(other) => {
+            if other.spec.effective_provider() == MetricProvider::Custom {
+                return Err(CompareError::CustomProvider);
+            }
+            shapes(&other.spec)?
+        }
+        None => shapes(spec)?,
+    };
 
     // The bound first: it sizes the warm start and the static fleet.
     let wants_ideal = options.compare.contains(&Comparator::Ideal)
