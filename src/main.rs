@@ -228,7 +228,12 @@ fn run_requests(
         Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", path.display())),
     };
     let requests = llmscaler_loadmodel::trace::scale(&base, args.scale, args.seed);
-    let comparators_scaler = match args.comparators_scaler.as_deref().map(load_scaler).transpose() {
+    let comparators_scaler = match args
+        .comparators_scaler
+        .as_deref()
+        .map(load_scaler)
+        .transpose()
+    {
         Ok(s) => s,
         Err(err @ ScalerFileError::Invalid { .. }) => return fail(EXIT_INVALID, &err.to_string()),
         Err(err) => return fail(1, &err.to_string()),

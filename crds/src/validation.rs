@@ -612,7 +612,9 @@ pub fn parse_positive(raw: &str) -> Result<f64, String> {
     match raw.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         Ok(v) => Err(format!("{v} must be a finite number greater than zero")),
-        Err(_) => Err(format!("{raw:?} is not a number (write e.g. \"4.5\", no unit)")),
+        Err(_) => Err(format!(
+            "{raw:?} is not a number (write e.g. \"4.5\", no unit)"
+        )),
     }
 }
 

@@ -9,9 +9,9 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, ScalerMode};
 use super::history::{history_from_status, refresh_interval_ms};
 use super::state::ScalerState;
 use super::target::TargetState;
+use crate::engine::capacity::{CapacityInput, CapacityModel};
 use crate::engine::conditions::{Ownership, WriteOutcome};
 use crate::engine::contest::{claimed_before, contested_by, recent_contest};
-use crate::engine::capacity::{CapacityInput, CapacityModel};
 use crate::engine::startup::{self, StartupTracker};
 use crate::engine::{self, Decision, Extras, History, Policy, Signal};
 

@@ -39,12 +39,12 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, apply_defaults};
 
 use crate::engine::clock::{Clock, SystemClock};
 use crate::engine::conditions::{self, WriteOutcome};
+use crate::engine::startup::StartupTracker;
 use crate::metrics::MetricsClient;
 use crate::telemetry::Metrics;
 use act::StatusError;
 use decide::Acting;
 use leadership::Leadership;
-use crate::engine::startup::StartupTracker;
 use observe::{CapacityReadings, Observation, Observed};
 use report::Outcome;
 use state::{ScalerKey, ScalerState, States};

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::engine::History;
-use crate::engine::startup::StartupTracker;
 use crate::engine::contest::ContestMemory;
+use crate::engine::startup::StartupTracker;
 
 /// A scaler's key: namespace and name.
 pub type ScalerKey = (String, String);

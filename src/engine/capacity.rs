@@ -92,10 +92,7 @@ impl CapacityModel {
         let result = arrival
             .and_then(measurable)
             .and_then(|a| backlog.and_then(measurable).map(|b| (a, b)));
-        let value = result
-            .as_ref()
-            .ok()
-            .map(|(a, b)| a + b / self.backlog_s);
+        let value = result.as_ref().ok().map(|(a, b)| a + b / self.backlog_s);
         MetricOutcome {
             name: NAME.to_owned(),
             value,

@@ -362,7 +362,14 @@ pub fn decide<E: Clone>(
     history: &mut History,
     now_ms: i64,
 ) -> Decision<E> {
-    decide_with(policy, observed, signal, &Extras::default(), history, now_ms)
+    decide_with(
+        policy,
+        observed,
+        signal,
+        &Extras::default(),
+        history,
+        now_ms,
+    )
 }
 
 /// The opt-in inputs of a sync beyond the metrics: the capacity recommender and the start-up

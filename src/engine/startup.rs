@@ -247,8 +247,14 @@ mod tests {
         t.note_scale_up(0, 4);
         assert!(holds_scale_up(&on, &t, 15_000, 4, 2));
         assert!(!holds_scale_up(&on, &t, 15_000, 4, 4), "all Ready");
-        assert!(!holds_scale_up(&on, &t, 90_000, 4, 2), "start-up time passed");
-        on.startup.as_mut().expect("startup").count_starting_replicas = Some(false);
+        assert!(
+            !holds_scale_up(&on, &t, 90_000, 4, 2),
+            "start-up time passed"
+        );
+        on.startup
+            .as_mut()
+            .expect("startup")
+            .count_starting_replicas = Some(false);
         assert!(!holds_scale_up(&on, &t, 15_000, 4, 2), "option off");
     }
 }

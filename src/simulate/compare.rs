@@ -448,7 +448,12 @@ mod tests {
     #[test]
     fn the_start_up_bound_pays_each_new_replica_its_start_up() {
         // 1 replica 0..100, 3 replicas 100..200, 1 replica 200..300, 3 again 300..400 (end).
-        let timeline = [point(0.0, 1), point(100.0, 3), point(200.0, 1), point(300.0, 3)];
+        let timeline = [
+            point(0.0, 1),
+            point(100.0, 3),
+            point(200.0, 1),
+            point(300.0, 3),
+        ];
         // Zero start-up: the ideal's own integral, 1·400 + 2·100 + 2·100 = 800.
         assert!((startup_bound_replica_seconds(&timeline, 0.0, 400.0, 1) - 800.0).abs() < 1e-9);
         // 90 s: levels 2 and 3 pay 90 before the first run and min(100, 90) in the gap.

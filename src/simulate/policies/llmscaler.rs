@@ -98,7 +98,8 @@ impl Autoscaler for LlmscalerPolicy {
         };
         self.startup
             .observe(now_ms, view.spec_replicas, view.ready_replicas);
-        let read = |q: &Expr| promql::evaluate_single(q, view.store, now_ms).map_err(|e| e.to_string());
+        let read =
+            |q: &Expr| promql::evaluate_single(q, view.store, now_ms).map_err(|e| e.to_string());
         let extras = Extras {
             capacity: self.capacity.as_ref().map(|(model, arrival, backlog)| {
                 (
