@@ -332,6 +332,7 @@ fn offline_replay(
         initial_replicas: Some(args.initial_replicas.max(1)),
         compare: Vec::new(),
         tail_seconds: args.tail_seconds as f64 * args.speed,
+        comparators_scaler: None,
     };
     let report =
         llmscaler::simulate::compare::run(&scaler, &served, &options, args.scale, args.seed)?;
