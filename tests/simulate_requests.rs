@@ -183,7 +183,10 @@ spec:
     // The HPA ran SCALER's metrics in both runs: the same figures.
     assert_eq!(with["policies"]["hpa"], alone["policies"]["hpa"]);
     // The scaler itself is the capacity one: not the metric-only scaler's figures.
-    assert_ne!(with["policies"]["llmscaler"], alone["policies"]["llmscaler"]);
+    assert_ne!(
+        with["policies"]["llmscaler"],
+        alone["policies"]["llmscaler"]
+    );
     let slo = with["policies"]["llmscaler"]["slo_attainment"]
         .as_f64()
         .expect("a share");
