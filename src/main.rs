@@ -93,6 +93,11 @@ struct SimulateArgs {
     /// `--requests`: comparators run on the same load: any of hpa,keda,ideal,static.
     #[arg(long, default_value = "")]
     compare: String,
+    /// `--requests`: `hpa` and `keda` run on this scaler's metrics instead of `--scaler`'s
+    /// (e.g. a metric-only configuration tuned for the HPA, when `--scaler` relies on what the
+    /// HPA has no equivalent of, such as `spec.capacity`).
+    #[arg(long)]
+    comparators_scaler: Option<PathBuf>,
     /// `--requests`: write the report JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -233,7 +238,18 @@ fn run_requests(
         Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", path.display())),
     };
     let requests = llmscaler_loadmodel::trace::scale(&base, args.scale, args.seed);
+    let comparators_scaler = match args
+        .comparators_scaler
+        .as_deref()
+        .map(load_scaler)
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(err @ ScalerFileError::Invalid { .. }) => return fail(EXIT_INVALID, &err.to_string()),
+        Err(err) => return fail(1, &err.to_string()),
+    };
     let options = simulate::compare::Options {
+        comparators_scaler,
         startup_seconds,
         slo_ttft_seconds: args.slo_ttft_seconds,
         scrape_interval_seconds: args.scrape_interval_seconds,

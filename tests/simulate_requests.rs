@@ -137,14 +137,14 @@ fn an_unknown_comparator_is_refused() {
     assert!(stderr.contains("unknown comparator \"vpa\""), "{stderr}");
 }
 
-/// The replay variant `bench/variants/drain.yaml` (docs/examples/vllm.yaml plus
+/// The replay variant `bench/quality/variants/drain.yaml` (docs/examples/vllm.yaml plus
 /// `scaleDown.drain`) and the same scaler without the drain: deleted pods lose what they hold at
 /// once (`--termination-grace-seconds 0`, vLLM's default on SIGTERM), so the plain scale-down
 /// drops requests and the drained one drops none.
 #[test]
 fn the_drain_variant_drops_nothing_where_the_plain_scale_down_drops_requests() {
     let variant = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/variants/drain.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/quality/variants/drain.yaml"),
     )
     .expect("the drain variant");
     let plain: String = {
@@ -262,4 +262,61 @@ fn a_ttft_guardrail_above_target_holds_and_raises() {
         guarded.0 > base.0,
         "a guardrail above target holds and raises: {guarded:?} vs {base:?}"
     );
+}
+
+#[test]
+fn the_capacity_recommender_is_replayed_and_the_hpa_can_run_another_scalers_metrics() {
+    // The capacity recommender next to one queue metric; the HPA runs SCALER's metrics.
+    let capacity = "apiVersion: autoscaling.modelsphere.dev/v1alpha1
+kind: LLMScaler
+metadata: {name: chat, namespace: inference}
+spec:
+  targetRef: {apiVersion: apps/v1, kind: Deployment, name: vllm}
+  serverAddress: http://127.0.0.1:9090
+  minReplicas: 1
+  maxReplicas: 16
+  capacity:
+    arrivalRateQuery: sum(rate(vllm:request_success_total{app=\"vllm\"}[30s]))
+    replicaRequestsPerSecond: \"4.5\"
+  metrics:
+  - name: waiting
+    query: avg(vllm:num_requests_waiting{app=\"vllm\"}) or vector(0)
+    target: \"8\"
+  scaleDown:
+    stabilizationWindowSeconds: 300
+  startup: {initialSeconds: 90, countStartingReplicas: true}
+";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let metric_only = dir.path().join("metric-only.yaml");
+    std::fs::write(&metric_only, SCALER).expect("write scaler");
+    let metric_only = metric_only.to_string_lossy().into_owned();
+    let args = [
+        "--scale",
+        "0.3",
+        "--seed",
+        "7",
+        "--initial-replicas",
+        "2",
+        "--compare",
+        "hpa",
+    ];
+    let (code, _, stderr, with) = run(
+        capacity,
+        &[&args[..], &["--comparators-scaler", metric_only.as_str()]].concat(),
+    );
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (code, _, stderr, alone) = run(SCALER, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (with, alone) = (with.expect("report"), alone.expect("report"));
+    // The HPA ran SCALER's metrics in both runs: the same figures.
+    assert_eq!(with["policies"]["hpa"], alone["policies"]["hpa"]);
+    // The scaler itself is the capacity one: not the metric-only scaler's figures.
+    assert_ne!(
+        with["policies"]["llmscaler"],
+        alone["policies"]["llmscaler"]
+    );
+    let slo = with["policies"]["llmscaler"]["slo_attainment"]
+        .as_f64()
+        .expect("a share");
+    assert!(slo > 0.9, "the capacity scaler serves the trace: {slo}");
 }

@@ -69,6 +69,8 @@ mod tests {
             activation: None,
             schedules: None,
             preemption: None,
+            capacity: None,
+            startup: None,
         }
     }
 

@@ -17,8 +17,8 @@ pub use defaults::apply_defaults;
 pub use policy::OperatorPolicy;
 pub use types::*;
 pub use validation::{
-    FieldError, ValidationErrors, check_spec, parse_target, parse_threshold, parse_tolerance,
-    validate_spec, validate_spec_with,
+    FieldError, ValidationErrors, check_spec, parse_positive, parse_target, parse_threshold,
+    parse_tolerance, parse_window_multiple, validate_spec, validate_spec_with,
 };
 
 /// The CustomResourceDefinition of [`LLMScaler`] as YAML, exactly as committed in

@@ -169,6 +169,73 @@ pub struct LLMScalerSpec {
     /// Accepted for compatibility with the reference operator; has no effect (admission warns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<Preemption>,
+
+    /// Opt-in queueing capacity recommender (docs/scaling.md#capacity-recommender): replicas
+    /// sized from the fleet's arrival rate and a replica's service rate with Erlang C, as one
+    /// more recommendation next to `metrics` (the largest wins). Prometheus provider only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Capacity>,
+
+    /// Opt-in start-up awareness (docs/guards.md#start-up-awareness): the scale-down
+    /// stabilization window follows the measured time from scale-up to Ready
+    /// (`status.startupSeconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<Startup>,
+}
+
+/// The queueing capacity recommender (docs/scaling.md#capacity-recommender): the fewest replicas
+/// `c` for which an M/M/c queue with arrival rate `λ` (requests/s, plus the backlog spread over
+/// `backlogSeconds`) and service rate `μ = replicaRequestsPerSecond` per replica keeps the mean
+/// wait in queue (Erlang C) within `maxQueueWaitSeconds`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Capacity {
+    /// PromQL instant query returning one series: requests per second arriving at the fleet,
+    /// e.g. `sum(rate(vllm:request_success_total{app="vllm"}[1m]))`.
+    #[schemars(length(min = 1, max = 8192))]
+    pub arrival_rate_query: String,
+    /// Requests per second one Ready replica completes at full load (`μ`), a quoted number
+    /// greater than zero, measured for the model, GPU and request mix (e.g. with
+    /// `llmscaler simulate --requests`).
+    #[schemars(length(min = 1, max = 64))]
+    pub replica_requests_per_second: String,
+    /// Bound on the mean wait in queue (Erlang C), seconds, a quoted number greater than zero.
+    /// Default `"0.5"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub max_queue_wait_seconds: Option<String>,
+    /// Optional PromQL instant query returning one series: requests waiting in the fleet, e.g.
+    /// `sum(vllm:num_requests_waiting{app="vllm"})`. The backlog counts as
+    /// `backlog / backlogSeconds` more requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 8192))]
+    pub backlog_query: Option<String>,
+    /// Seconds within which a backlog should be served, 1 to 3600. Default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub backlog_seconds: Option<i32>,
+}
+
+/// Start-up awareness (docs/guards.md#start-up-awareness).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Startup {
+    /// Start-up time assumed until one is measured, seconds, 0 to 3600. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub initial_seconds: Option<i32>,
+    /// The scale-down stabilization window is at least this multiple of the start-up time
+    /// (measured, else `initialSeconds`), a quoted number in `(0, 20]`, e.g. `"2"`; the larger
+    /// of it and `scaleDown.stabilizationWindowSeconds` applies. Unset: the window is not
+    /// changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub window_multiple: Option<String>,
+    /// Replicas requested by a scale-up but not Ready yet count as coming capacity: for one
+    /// start-up time after a scale-up, while they start, `metrics` do not raise `spec.replicas`
+    /// further (the capacity recommender still may: it does not compound). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_starting_replicas: Option<bool>,
 }
 
 /// One `serverHeadersFrom` entry: a header whose value is a Secret key.
@@ -556,6 +623,11 @@ pub struct LLMScalerStatus {
     /// since when. Unset when no drain is in progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draining: Option<DrainingStatus>,
+    /// Measured time from a scale-up to its replicas Ready, seconds, smoothed over scale-ups
+    /// (docs/guards.md#start-up-awareness). Set only with `spec.startup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
+    pub startup_seconds: Option<i32>,
     /// `Ready`, `ScalingActive`, `AbleToScale`, `ScalingLimited`, `ReplicasContested`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]

@@ -109,6 +109,8 @@ pub fn validate_spec_with(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Vec<
     validate_scale_up(spec, &mut errors);
     validate_schedules(spec, &mut errors);
     validate_activation(spec, &mut errors);
+    validate_capacity(spec, &mut errors);
+    validate_startup(spec, &mut errors);
     errors
 }
 
@@ -705,7 +707,7 @@ fn validate_drain(spec: &LLMScalerSpec, drain: &crate::types::Drain, errors: &mu
         errors.push(FieldError::new(
             "spec.scaleDown.drain",
             format!(
-                "drain needs a target whose pods a pod selector finds and whose scale-down honours                  pod-deletion-cost: an apps/v1 Deployment, not {} {}",
+                "drain needs a target whose pods a pod selector finds and whose scale-down honours pod-deletion-cost: an apps/v1 Deployment, not {} {}",
                 target.api_version, target.kind
             ),
         ));
@@ -715,7 +717,7 @@ fn validate_drain(spec: &LLMScalerSpec, drain: &crate::types::Drain, errors: &mu
     {
         errors.push(FieldError::new(
             "spec.scaleDown.drain",
-            "drain needs behavior: CacheAware (the drained pods must be the ones the ReplicaSet              deletes)",
+            "drain needs behavior: CacheAware (the drained pods must be the ones the ReplicaSet deletes)",
         ));
     }
     if let Some(seconds) = drain.drain_seconds
@@ -736,8 +738,107 @@ fn validate_drain(spec: &LLMScalerSpec, drain: &crate::types::Drain, errors: &mu
     }
 }
 
+/// Parses a quoted number that must be finite and greater than zero (`capacity`'s
+/// `replicaRequestsPerSecond` and `maxQueueWaitSeconds`, docs/scaling.md#capacity-recommender).
+///
+/// # Errors
+/// A message (without the field path) for anything else, including a `%` suffix.
+pub fn parse_positive(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) => Err(format!("{v} must be a finite number greater than zero")),
+        Err(_) => Err(format!(
+            "{raw:?} is not a number (write e.g. \"4.5\", no unit)"
+        )),
+    }
+}
+
+/// Largest `startup.windowMultiple` (docs/guards.md#start-up-awareness).
+pub const MAX_WINDOW_MULTIPLE: f64 = 20.0;
+
+/// Parses `startup.windowMultiple`: a quoted number in `(0, 20]`.
+///
+/// # Errors
+/// A message (without the field path) otherwise.
+pub fn parse_window_multiple(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_WINDOW_MULTIPLE => Ok(v),
+        Ok(v) => Err(format!(
+            "{v} is outside (0, {MAX_WINDOW_MULTIPLE}]; the window is this multiple of the start-up time"
+        )),
+        Err(_) => Err(format!("{raw:?} is not a number (write e.g. \"2\")")),
+    }
+}
+
+fn validate_capacity(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let Some(capacity) = &spec.capacity else {
+        return;
+    };
+    if spec.effective_provider() != MetricProvider::Prometheus {
+        errors.push(FieldError::new(
+            "spec.capacity",
+            "only under the Prometheus provider (its queries go to serverAddress)",
+        ));
+    }
+    if capacity.arrival_rate_query.trim().is_empty() {
+        errors.push(FieldError::new(
+            "spec.capacity.arrivalRateQuery",
+            "required: a PromQL query returning one series, the requests per second arriving at the fleet",
+        ));
+    }
+    if let Some(query) = &capacity.backlog_query
+        && query.trim().is_empty()
+    {
+        errors.push(FieldError::new(
+            "spec.capacity.backlogQuery",
+            "must not be empty when set (leave it out to size from the arrival rate alone)",
+        ));
+    }
+    if let Err(message) = parse_positive(&capacity.replica_requests_per_second) {
+        errors.push(FieldError::new(
+            "spec.capacity.replicaRequestsPerSecond",
+            message,
+        ));
+    }
+    if let Some(wait) = &capacity.max_queue_wait_seconds
+        && let Err(message) = parse_positive(wait)
+    {
+        errors.push(FieldError::new(
+            "spec.capacity.maxQueueWaitSeconds",
+            message,
+        ));
+    }
+    if let Some(seconds) = capacity.backlog_seconds
+        && !(1..=3600).contains(&seconds)
+    {
+        errors.push(FieldError::new(
+            "spec.capacity.backlogSeconds",
+            format!("{seconds} is outside 1 to 3600 seconds"),
+        ));
+    }
+}
+
 /// Longest `scaleDown.drain.drainSeconds` (one hour).
 pub const MAX_DRAIN_SECONDS: i32 = 3600;
+
+fn validate_startup(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let Some(startup) = &spec.startup else {
+        return;
+    };
+    if let Some(seconds) = startup.initial_seconds
+        && !(0..=3600).contains(&seconds)
+    {
+        errors.push(FieldError::new(
+            "spec.startup.initialSeconds",
+            format!("{seconds} is outside 0 to 3600 seconds"),
+        ));
+    }
+    if let Some(multiple) = &startup.window_multiple
+        && let Err(message) = parse_window_multiple(multiple)
+    {
+        errors.push(FieldError::new("spec.startup.windowMultiple", message));
+    }
+}
 
 /// Deserializes a whole `LLMScaler` from YAML or JSON text, reporting type errors (a string
 /// where a number belongs, an unknown `metricProvider`) with their field path.
@@ -809,6 +910,8 @@ mod tests {
             activation: None,
             schedules: None,
             preemption: None,
+            capacity: None,
+            startup: None,
         }
     }
 
@@ -873,6 +976,52 @@ mod tests {
         assert!(errors[0].message.contains("replica cap 64"), "{errors:?}");
         spec.max_replicas = 64;
         assert!(validate_spec_with(&spec, &capped).is_empty());
+    }
+
+    #[test]
+    fn capacity_and_startup_refuse_bad_input_naming_the_field() {
+        let mut spec = valid();
+        spec.capacity = Some(crate::Capacity {
+            arrival_rate_query: " ".into(),
+            replica_requests_per_second: "0".into(),
+            max_queue_wait_seconds: Some("-1".into()),
+            backlog_query: Some(String::new()),
+            backlog_seconds: Some(0),
+        });
+        spec.startup = Some(crate::Startup {
+            initial_seconds: Some(-5),
+            window_multiple: Some("25".into()),
+            count_starting_replicas: None,
+        });
+        assert_eq!(
+            paths(&spec),
+            [
+                "spec.capacity.arrivalRateQuery",
+                "spec.capacity.backlogQuery",
+                "spec.capacity.replicaRequestsPerSecond",
+                "spec.capacity.maxQueueWaitSeconds",
+                "spec.capacity.backlogSeconds",
+                "spec.startup.initialSeconds",
+                "spec.startup.windowMultiple",
+            ]
+        );
+        spec.capacity = Some(crate::Capacity {
+            arrival_rate_query: "sum(rate(x[1m]))".into(),
+            replica_requests_per_second: "4.5".into(),
+            max_queue_wait_seconds: Some("0.5".into()),
+            backlog_query: Some("sum(w)".into()),
+            backlog_seconds: Some(60),
+        });
+        spec.startup = Some(crate::Startup {
+            initial_seconds: Some(90),
+            window_multiple: Some("2".into()),
+            count_starting_replicas: Some(true),
+        });
+        assert!(paths(&spec).is_empty(), "{:?}", paths(&spec));
+        spec.metric_provider = Some(MetricProvider::Custom);
+        assert!(paths(&spec).contains(&"spec.capacity".to_owned()));
+        assert!(parse_window_multiple("abc").is_err());
+        assert!(parse_positive("2%").is_err());
     }
 
     #[test]

@@ -9,9 +9,11 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, ScalerMode};
 use super::history::{history_from_status, refresh_interval_ms};
 use super::state::ScalerState;
 use super::target::TargetState;
+use crate::engine::capacity::{CapacityInput, CapacityModel};
 use crate::engine::conditions::{Ownership, WriteOutcome};
 use crate::engine::contest::{claimed_before, contested_by, recent_contest};
-use crate::engine::{self, Decision, History, Policy, Signal};
+use crate::engine::startup::{self, StartupTracker};
+use crate::engine::{self, Decision, Extras, History, Policy, Signal};
 
 /// A write of `spec.replicas` the sync wants.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +126,60 @@ pub fn decide<E: Clone>(
     now_ms: i64,
     sync_period_ms: i64,
 ) -> Plan<E> {
+    decide_with_capacity(
+        scaler,
+        spec,
+        target,
+        signal,
+        None,
+        wake,
+        state,
+        now_ms,
+        sync_period_ms,
+    )
+}
+
+/// [`decide`] with this sync's readings of `spec.capacity`'s queries (ignored without
+/// `spec.capacity`), and start-up awareness under `spec.startup`: the start-up tracker in
+/// `state` (seeded from `status.startupSeconds`) takes this sync's observation of the target,
+/// the stabilization window follows it, replicas still starting hold a metric scale-up, and a
+/// scale-up written starts a new measurement (docs/guards.md#start-up-awareness).
+#[allow(clippy::too_many_arguments)]
+pub fn decide_with_capacity<E: Clone>(
+    scaler: &LLMScaler,
+    spec: &LLMScalerSpec,
+    target: &TargetState,
+    signal: &Signal<E>,
+    capacity: Option<CapacityInput<E>>,
+    wake: bool,
+    state: &mut ScalerState,
+    now_ms: i64,
+    sync_period_ms: i64,
+) -> Plan<E> {
     let mut policy = Policy::from_spec(spec);
+    let mut tracker = state.startup.take().unwrap_or_else(|| {
+        StartupTracker::seeded(
+            scaler
+                .status
+                .as_ref()
+                .and_then(|s| s.startup_seconds)
+                .map(f64::from),
+        )
+    });
+    if spec.startup.is_some() {
+        tracker.observe(now_ms, target.spec_replicas, target.ready_replicas);
+        policy.window_ms = startup::window_ms(spec, policy.window_ms, &tracker);
+    }
+    let extras = Extras {
+        capacity: CapacityModel::from_spec(spec).zip(capacity),
+        hold_metric_scale_up: startup::holds_scale_up(
+            spec,
+            &tracker,
+            now_ms,
+            target.spec_replicas,
+            target.ready_replicas,
+        ),
+    };
     let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
     let active_schedules =
         engine::schedule::apply(&mut policy, &engine::schedule::compile(spec), now);
@@ -155,7 +210,14 @@ pub fn decide<E: Clone>(
         // Without a window no record is kept: those of an earlier window are dropped.
         history.clear_records();
     }
-    let decision = engine::decide(&policy, &target.observation(), signal, &mut history, now_ms);
+    let decision = engine::decide_with(
+        &policy,
+        &target.observation(),
+        signal,
+        &extras,
+        &mut history,
+        now_ms,
+    );
     state.history = Some(history.clone());
 
     let previous = previous_conditions(scaler);
@@ -182,6 +244,14 @@ pub fn decide<E: Clone>(
         scale_down: decision.replicas < target.spec_replicas,
         drained: Vec::new(),
     });
+    if spec.startup.is_some()
+        && let Some(w) = &write
+        && w.to > w.from
+    {
+        // A write that fails leaves spec.replicas below `to`: the next observation drops it.
+        tracker.note_scale_up(now_ms, w.to);
+    }
+    state.startup = Some(tracker);
     Plan {
         decision,
         write,

@@ -45,12 +45,13 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, apply_defaults};
 
 use crate::engine::clock::{Clock, SystemClock};
 use crate::engine::conditions::{self, WriteOutcome};
+use crate::engine::startup::StartupTracker;
 use crate::metrics::MetricsClient;
 use crate::telemetry::Metrics;
 use act::StatusError;
 use decide::Acting;
 use leadership::Leadership;
-use observe::{Observation, Observed};
+use observe::{CapacityReadings, Observation, Observed};
 use report::Outcome;
 use state::{ScalerKey, ScalerState, States};
 use target::Resolver;
@@ -407,11 +408,12 @@ async fn decide_and_act(
     if let Some(activation) = &observed.activation {
         report::record_activation(&ctx.telemetry, scaler_key, activation);
     }
-    let mut plan = decide::decide(
+    let mut plan = decide::decide_with_capacity(
         scaler,
         spec,
         target,
         &readings.signal(spec),
+        observed.capacity.as_ref().map(CapacityReadings::input),
         decide::wakes(spec, observed.activation.as_ref()),
         state,
         now_ms,
@@ -456,5 +458,16 @@ async fn decide_and_act(
         active_schedules: Some(plan.active_schedules),
         history: Some(plan.history),
         draining: Some(drain::status(state)),
+        startup_seconds: spec
+            .startup
+            .as_ref()
+            .and(state.startup.as_ref())
+            .and_then(StartupTracker::seconds)
+            .map(|s| {
+                // Seconds up to 20 × 3600 in practice; saturating either way.
+                #[allow(clippy::cast_possible_truncation)]
+                let whole = s.round().clamp(0.0, f64::from(i32::MAX)) as i32;
+                whole
+            }),
     }
 }

@@ -6,6 +6,7 @@ use llmscaler_api::{LLMScaler, LLMScalerSpec, ValidationErrors, check_spec};
 
 use super::target::{self, TargetError, TargetState};
 use super::{Context, competitors};
+use crate::engine::capacity::CapacityInput;
 use crate::metrics::per_pod::PodSet;
 use crate::metrics::{MetricError, MetricSource, Readings};
 
@@ -36,6 +37,27 @@ pub struct Observed {
     pub activation: Option<Result<f64, MetricError>>,
     /// Another autoscaler of the same target, from the shared HPA cache.
     pub competitor: Option<String>,
+    /// The readings of `spec.capacity`'s queries, when it is set (Prometheus provider).
+    pub capacity: Option<CapacityReadings>,
+}
+
+/// One sync's readings of `spec.capacity`'s queries (docs/scaling.md#capacity-recommender).
+#[derive(Debug)]
+pub struct CapacityReadings {
+    /// `arrivalRateQuery`'s value, requests/s.
+    pub arrival: Result<f64, MetricError>,
+    /// `backlogQuery`'s value, requests, when set.
+    pub backlog: Option<Result<f64, MetricError>>,
+}
+
+impl CapacityReadings {
+    /// The engine's input, borrowing the typed errors.
+    pub fn input(&self) -> CapacityInput<&MetricError> {
+        CapacityInput {
+            arrival: self.arrival.as_ref().copied(),
+            backlog: self.backlog.as_ref().map(|b| b.as_ref().copied()),
+        }
+    }
 }
 
 /// Re-checks the (defaulted) spec, reads the target in `namespace`, and reads the metrics.
@@ -99,6 +121,20 @@ pub async fn observe(
         }
         _ => None,
     };
+    let capacity = match (&source, &spec.capacity) {
+        (MetricSource::Prometheus(prometheus), Some(capacity)) => {
+            let backlog = async {
+                match &capacity.backlog_query {
+                    Some(query) => Some(prometheus.query(query).await),
+                    None => None,
+                }
+            };
+            let (arrival, backlog) =
+                futures::join!(prometheus.query(&capacity.arrival_rate_query), backlog);
+            Some(CapacityReadings { arrival, backlog })
+        }
+        _ => None,
+    };
     let competitor = competitors::from_stores(&ctx.hpas, &ctx.scalers, scaler);
     Observation::Observed(Box::new(Observed {
         resource,
@@ -106,6 +142,7 @@ pub async fn observe(
         readings,
         activation,
         competitor,
+        capacity,
     }))
 }
 

@@ -40,6 +40,8 @@ pub struct Outcome {
     pub passive_by: Option<Option<String>>,
     /// The drain in progress, when a decision was made: `Some(None)` none.
     pub draining: Option<Option<llmscaler_api::DrainingStatus>>,
+    /// The measured start-up time, seconds, when `spec.startup` is set and one was measured.
+    pub startup_seconds: Option<i32>,
 }
 
 /// The new status of `scaler` after a sync at `now`, and the Events of the condition flips.
@@ -93,6 +95,7 @@ pub fn status(
             None => previous.draining.clone(),
             Some(draining) => draining.clone(),
         },
+        startup_seconds: outcome.startup_seconds.or(previous.startup_seconds),
         conditions: Some(merged),
     };
     (status, events)

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use crate::engine::History;
 use crate::engine::contest::ContestMemory;
+use crate::engine::startup::StartupTracker;
 
 /// A scaler's key: namespace and name.
 pub type ScalerKey = (String, String);
@@ -34,6 +35,9 @@ pub struct ScalerState {
     /// When the next sync is due, milliseconds since the epoch (the evaluation lag is measured
     /// from it; `docs/scaling.md#pacing`).
     pub due_ms: Option<i64>,
+    /// The measured start-up time and the scale-ups waiting for their replicas
+    /// (docs/guards.md#start-up-awareness); `status.startupSeconds` seeds it in a new term.
+    pub startup: Option<StartupTracker>,
 }
 
 /// A scale-down drain in progress (docs/scale-down.md#drain): pods out of rotation.

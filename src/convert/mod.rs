@@ -357,6 +357,8 @@ pub fn base_spec(
         activation: None,
         schedules: None,
         preemption: None,
+        capacity: None,
+        startup: None,
     }
 }
 

@@ -6,6 +6,7 @@
 //! policy and the stabilization history, and returns the `spec.replicas` to have after the sync,
 //! the status `desiredReplicas` and a machine-readable [`Reason`].
 
+pub mod capacity;
 pub mod clock;
 pub mod conditions;
 pub mod contest;
@@ -13,6 +14,7 @@ mod history;
 mod ratio;
 pub mod scale_up;
 pub mod schedule;
+pub mod startup;
 
 pub use history::{History, Record};
 pub use ratio::{metric_recommendation, ratio_recommendation};
@@ -397,6 +399,49 @@ pub fn decide<E: Clone>(
     history: &mut History,
     now_ms: i64,
 ) -> Decision<E> {
+    decide_with(
+        policy,
+        observed,
+        signal,
+        &Extras::default(),
+        history,
+        now_ms,
+    )
+}
+
+/// The opt-in inputs of a sync beyond the metrics: the capacity recommender and the start-up
+/// hold (docs/scaling.md#capacity-recommender, docs/guards.md#start-up-awareness).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extras<E> {
+    /// `spec.capacity`'s model and this sync's readings of its queries.
+    pub capacity: Option<(capacity::CapacityModel, capacity::CapacityInput<E>)>,
+    /// Replicas of a recent scale-up are still starting and count as coming capacity
+    /// ([`startup::holds_scale_up`]): the metrics may not raise `spec.replicas`, the capacity
+    /// recommendation still may.
+    pub hold_metric_scale_up: bool,
+}
+
+impl<E> Default for Extras<E> {
+    fn default() -> Self {
+        Self {
+            capacity: None,
+            hold_metric_scale_up: false,
+        }
+    }
+}
+
+/// [`decide`] with the opt-in [`Extras`]: the capacity recommendation joins the metric
+/// outcomes (named `capacity`, the largest recommendation wins, a failed reading is skipped like
+/// a metric's), and while [`Extras::hold_metric_scale_up`] a scale-up goes no higher than the
+/// capacity recommendation (reason `ScaleUpLimited`; none without `spec.capacity`).
+pub fn decide_with<E: Clone>(
+    policy: &Policy,
+    observed: &Observation,
+    signal: &Signal<E>,
+    extras: &Extras<E>,
+    history: &mut History,
+    now_ms: i64,
+) -> Decision<E> {
     let spec = observed.spec_replicas;
     // During a rollout, surge pods are ready on top of spec.replicas: counting them would grow
     // the fleet by the surge at every sync (kubernetes/kubernetes#72775), so the ratio's
@@ -408,6 +453,15 @@ pub fn decide<E: Clone>(
     };
     let (mut recommendation, mut metrics) = recommend(signal, baseline);
     if policy.scale_up.apply_tolerance(&mut metrics, spec) {
+        recommendation = best_recommendation(&metrics);
+    }
+    let capacity_recommendation = extras.capacity.as_ref().and_then(|(model, input)| {
+        let outcome = model.outcome(input, policy.max_replicas);
+        let r = outcome.recommendation.as_ref().ok().copied();
+        metrics.push(outcome);
+        r
+    });
+    if extras.capacity.is_some() {
         recommendation = best_recommendation(&metrics);
     }
     // Hold: nothing measurable recommends the current spec.replicas, which then goes through
@@ -465,6 +519,15 @@ pub fn decide<E: Clone>(
             reason = Reason::StepCapped;
         }
         target = stepped;
+    }
+
+    if target > spec && extras.hold_metric_scale_up {
+        // Coming capacity: replicas still starting will serve what the metrics see piling up.
+        let allowed = capacity_recommendation.map_or(spec, |c| policy.clamp(c).0.max(spec));
+        if target > allowed {
+            target = allowed;
+            reason = Reason::ScaleUpLimited;
+        }
     }
 
     if target > spec

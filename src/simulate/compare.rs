@@ -86,6 +86,9 @@ pub struct Options {
     /// Seconds a deleted pod keeps serving what it holds before the rest is dropped (the
     /// workload's termination grace; 0 = killed at once, vLLM's default on SIGTERM).
     pub termination_grace_seconds: f64,
+    /// The scaler whose metrics `hpa` and `keda` run on (`--comparators-scaler`); `None` = the
+    /// replayed scaler's own. Its bounds are not used: every policy has the replayed scaler's.
+    pub comparators_scaler: Option<LLMScaler>,
 }
 
 /// Why the replay could not run.
@@ -163,6 +166,11 @@ pub struct Report {
     pub initial_replicas: i32,
     /// Per policy: `llmscaler` and each comparator.
     pub policies: BTreeMap<String, PolicyReport>,
+    /// `ideal`'s replicas served with the start-up time paid ([`startup_bound_replica_seconds`]),
+    /// replica-seconds: the least a clairvoyant policy with this start-up time could pay for
+    /// `ideal`'s fleet (when `ideal` ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ideal_with_startup_replica_seconds: Option<f64>,
     /// Per policy timelines (for the plot; not in the JSON).
     #[serde(skip)]
     pub timelines: BTreeMap<String, Vec<replay::TimelinePoint>>,
@@ -239,7 +247,15 @@ pub fn run(
     };
     let period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
     let llmscaler = LlmscalerPolicy::new(spec)?.in_namespace(&namespace);
-    let shapes = shapes(spec)?;
+    let shapes = match &options.comparators_scaler {
+        Some(other) => {
+            if other.spec.effective_provider() == MetricProvider::Custom {
+                return Err(CompareError::CustomProvider);
+            }
+            shapes(&other.spec)?
+        }
+        None => shapes(spec)?,
+    };
 
     // The bound first: it sizes the warm start and the static fleet.
     let wants_ideal = options.compare.contains(&Comparator::Ideal)
@@ -315,6 +331,10 @@ pub fn run(
         policies.insert("ideal".to_string(), policy_report(o));
         timelines.insert("ideal".to_string(), o.timeline.clone());
     }
+    let end_s = requests.last().map_or(0.0, |r| r.arrival_s) + options.tail_seconds;
+    let ideal_with_startup = timelines.get("ideal").map(|timeline| {
+        startup_bound_replica_seconds(timeline, options.startup_seconds, end_s, initial)
+    });
     let ideal_rs = policies.get("ideal").map(|p| p.replica_seconds);
     let hpa_rs = policies.get("hpa").map(|p| p.replica_seconds);
     for p in policies.values_mut() {
@@ -333,8 +353,56 @@ pub fn run(
         termination_grace_seconds: options.termination_grace_seconds,
         initial_replicas: initial,
         policies,
+        ideal_with_startup_replica_seconds: ideal_with_startup,
         timelines,
     })
+}
+
+/// The replica-seconds a clairvoyant policy pays to have `ideal`'s replicas Ready when `ideal`
+/// has them, when a new replica takes `startup_s` seconds to become Ready and is paid for from
+/// its creation (docs/simulate/README.md#comparators). Per replica level `k`, the intervals
+/// where `ideal` runs at least `k` replicas each cost their length; a gap between two of them
+/// costs the shorter of the gap (keep the replica) and `startup_s` (remove it and start a new
+/// one ahead of time); the first interval costs `startup_s` more unless level `k` was among the
+/// `initial` replicas Ready at 0 (then it costs the shorter of its start time and `startup_s`).
+/// `timeline` holds `ideal`'s replicas from each point's `t_s` to the next (the last to `end_s`).
+pub fn startup_bound_replica_seconds(
+    timeline: &[replay::TimelinePoint],
+    startup_s: f64,
+    end_s: f64,
+    initial: i32,
+) -> f64 {
+    let peak = timeline.iter().map(|p| p.replicas).max().unwrap_or(0);
+    let mut total = 0.0;
+    for k in 1..=peak {
+        // Maximal runs where ideal has at least k replicas.
+        let mut runs: Vec<(f64, f64)> = Vec::new();
+        for (i, p) in timeline.iter().enumerate() {
+            let until = timeline.get(i + 1).map_or(end_s, |n| n.t_s).max(p.t_s);
+            if p.replicas < k {
+                continue;
+            }
+            match runs.last_mut() {
+                Some(last) if (last.1 - p.t_s).abs() < 1e-9 => last.1 = until,
+                _ => runs.push((p.t_s, until)),
+            }
+        }
+        let Some(first) = runs.first() else {
+            continue;
+        };
+        total += if k <= initial {
+            first.0.min(startup_s)
+        } else {
+            startup_s
+        };
+        for (i, run) in runs.iter().enumerate() {
+            total += run.1 - run.0;
+            if let Some(next) = runs.get(i + 1) {
+                total += (next.0 - run.1).min(startup_s);
+            }
+        }
+    }
+    total
 }
 
 /// The report as a text table (one line per policy), with the attribution.
@@ -362,6 +430,49 @@ pub fn summary(report: &Report) -> String {
             ratio(p.replica_seconds_vs_hpa),
         );
     }
+    if let Some(bound) = report.ideal_with_startup_replica_seconds {
+        let _ = writeln!(
+            out,
+            "ideal's fleet with the start-up time paid: {:.2} replica-h",
+            bound / 3600.0
+        );
+    }
     let _ = writeln!(out, "{}", report.attribution);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(t_s: f64, replicas: i32) -> replay::TimelinePoint {
+        replay::TimelinePoint {
+            t_s,
+            replicas,
+            ready: replicas,
+        }
+    }
+
+    #[test]
+    fn the_start_up_bound_pays_each_new_replica_its_start_up() {
+        // 1 replica 0..100, 3 replicas 100..200, 1 replica 200..300, 3 again 300..400 (end).
+        let timeline = [
+            point(0.0, 1),
+            point(100.0, 3),
+            point(200.0, 1),
+            point(300.0, 3),
+        ];
+        // Zero start-up: the ideal's own integral, 1·400 + 2·100 + 2·100 = 800.
+        assert!((startup_bound_replica_seconds(&timeline, 0.0, 400.0, 1) - 800.0).abs() < 1e-9);
+        // 90 s: levels 2 and 3 pay 90 before the first run and min(100, 90) in the gap.
+        let want = 400.0 + 2.0 * (90.0 + 100.0 + 90.0 + 100.0);
+        assert!((startup_bound_replica_seconds(&timeline, 90.0, 400.0, 1) - want).abs() < 1e-9);
+        // With 3 Ready at 0, levels 2 and 3 start at 0 (min(100, 90) = 90 to keep them
+        // instead): the same here.
+        assert!((startup_bound_replica_seconds(&timeline, 90.0, 400.0, 3) - want).abs() < 1e-9);
+        // A long start-up: keeping replicas through gaps is cheaper (gap 100 < 500).
+        let keep = 400.0 + 2.0 * (100.0 + 100.0 + 100.0 + 100.0);
+        assert!((startup_bound_replica_seconds(&timeline, 500.0, 400.0, 3) - keep).abs() < 1e-9);
+        assert_eq!(startup_bound_replica_seconds(&[], 90.0, 400.0, 1), 0.0);
+    }
 }

@@ -14,7 +14,9 @@ use llmscaler_api::{LLMScalerSpec, MetricSpec};
 use promql_parser::parser::Expr;
 
 use crate::controller::drain::{self, Next};
-use crate::engine::{self, History, Observation, Policy, Record, Signal};
+use crate::engine::capacity::{CapacityInput, CapacityModel};
+use crate::engine::startup::{self, StartupTracker};
+use crate::engine::{self, Extras, History, Observation, Policy, Record, Signal};
 use crate::metrics::Subject;
 use crate::metrics::per_pod::{self, PodSet};
 use crate::promql::{self, PromqlError, Value};
@@ -33,6 +35,10 @@ pub struct LlmscalerPolicy {
     out: BTreeSet<String>,
     /// The namespace label of the scraped series (runtime signals select on it).
     namespace: String,
+    /// `spec.capacity`: the model and its arrival-rate and backlog queries.
+    capacity: Option<(CapacityModel, Expr, Option<Expr>)>,
+    /// The measured start-up time (`spec.startup`).
+    startup: StartupTracker,
 }
 
 impl LlmscalerPolicy {
@@ -43,6 +49,14 @@ impl LlmscalerPolicy {
     /// (checked once against an empty store).
     pub fn new(spec: &LLMScalerSpec) -> Result<Self, PromqlError> {
         let queries = parse_all(spec)?;
+        let capacity = match (&spec.capacity, CapacityModel::from_spec(spec)) {
+            (Some(c), Some(model)) => Some((
+                model,
+                parse_checked(&c.arrival_rate_query)?,
+                c.backlog_query.as_deref().map(parse_checked).transpose()?,
+            )),
+            _ => None,
+        };
         Ok(Self {
             spec: spec.clone(),
             policy: Policy::from_spec(spec),
@@ -51,6 +65,8 @@ impl LlmscalerPolicy {
             drain: None,
             out: BTreeSet::new(),
             namespace: "default".to_owned(),
+            capacity,
+            startup: StartupTracker::default(),
         })
     }
 
@@ -121,17 +137,23 @@ pub fn fleet_query(metric: &MetricSpec) -> Result<String, PromqlError> {
 /// # Errors
 /// The first query's [`PromqlError::Parse`] or [`PromqlError::Unsupported`].
 pub fn parse_all(spec: &LLMScalerSpec) -> Result<Vec<Expr>, PromqlError> {
-    let empty = promql::Store::new();
     spec.metrics()
         .iter()
-        .map(|m| {
-            let expr = promql::parse(&fleet_query(m)?)?;
-            match promql::evaluate_single(&expr, &empty, 0) {
-                Err(e @ (PromqlError::Unsupported { .. } | PromqlError::Parse { .. })) => Err(e),
-                _ => Ok(expr),
-            }
-        })
+        .map(|m| parse_checked(&fleet_query(m)?))
         .collect()
+}
+
+/// Parses one query and evaluates it once on an empty store (see [`parse_all`]).
+///
+/// # Errors
+/// [`PromqlError::Parse`] or [`PromqlError::Unsupported`].
+pub fn parse_checked(query: &str) -> Result<Expr, PromqlError> {
+    let empty = promql::Store::new();
+    let expr = promql::parse(query)?;
+    match promql::evaluate_single(&expr, &empty, 0) {
+        Err(e @ (PromqlError::Unsupported { .. } | PromqlError::Parse { .. })) => Err(e),
+        _ => Ok(expr),
+    }
 }
 
 impl Autoscaler for LlmscalerPolicy {
@@ -162,9 +184,43 @@ impl Autoscaler for LlmscalerPolicy {
             ready_replicas: view.ready_replicas,
             rollout_in_progress: false,
         };
-        let wanted =
-            engine::decide(&self.policy, &observed, &signal, &mut self.history, now_ms).replicas;
-        self.drained(now_ms, view, wanted)
+        self.startup
+            .observe(now_ms, view.spec_replicas, view.ready_replicas);
+        let read =
+            |q: &Expr| promql::evaluate_single(q, view.store, now_ms).map_err(|e| e.to_string());
+        let extras = Extras {
+            capacity: self.capacity.as_ref().map(|(model, arrival, backlog)| {
+                (
+                    *model,
+                    CapacityInput {
+                        arrival: read(arrival),
+                        backlog: backlog.as_ref().map(read),
+                    },
+                )
+            }),
+            hold_metric_scale_up: startup::holds_scale_up(
+                &self.spec,
+                &self.startup,
+                now_ms,
+                view.spec_replicas,
+                view.ready_replicas,
+            ),
+        };
+        let mut policy = self.policy.clone();
+        policy.window_ms = startup::window_ms(&self.spec, policy.window_ms, &self.startup);
+        let replicas = engine::decide_with(
+            &policy,
+            &observed,
+            &signal,
+            &extras,
+            &mut self.history,
+            now_ms,
+        )
+        .replicas;
+        if replicas > view.spec_replicas {
+            self.startup.note_scale_up(now_ms, replicas);
+        }
+        self.drained(now_ms, view, replicas)
     }
 
     fn out_of_rotation(&self) -> Option<&BTreeSet<String>> {

@@ -334,6 +334,7 @@ fn offline_replay(
         compare: Vec::new(),
         tail_seconds: args.tail_seconds as f64 * args.speed,
         termination_grace_seconds: args.model.params().drain_s,
+        comparators_scaler: None,
     };
     let report =
         llmscaler::simulate::compare::run(&scaler, &served, &options, args.scale, args.seed)?;
