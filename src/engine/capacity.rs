@@ -98,6 +98,7 @@ impl CapacityModel {
             value,
             ratio: None,
             recommendation: result.map(|(a, b)| self.replicas(a, b, cap)),
+            guardrail: false,
         }
     }
 }
