@@ -67,6 +67,20 @@ pub fn spec_warnings(spec: &LLMScalerSpec) -> Vec<String> {
 /// warning, not a rule: only the leading operation is looked at, so `sum(a) / sum(b)` passes and
 /// `rate(a[1m]) / sum(b)` warns; `sum by (x)` and `topk` can still return several series, which
 /// the operator reports at run time ("aggregate it").
+/// The leading operation of a PromQL text, for the text heuristics of admission warnings and
+/// `perPod` checks: its first identifier (`sum`, `rate`, a metric name) and the text after it,
+/// outer parentheses and whitespace skipped. `None` when the text starts with a number.
+pub(crate) fn leading_operation(query: &str) -> Option<(&str, &str)> {
+    let q = query.trim().trim_start_matches('(').trim_start();
+    if q.parse::<f64>().is_ok() {
+        return None;
+    }
+    let end = q
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(q.len());
+    Some((&q[..end], q[end..].trim_start()))
+}
+
 fn is_aggregated(query: &str) -> bool {
     const SINGLE_SERIES: [&str; 14] = [
         "sum",
@@ -84,16 +98,10 @@ fn is_aggregated(query: &str) -> bool {
         "vector",
         "histogram_quantile",
     ];
-    let q = query.trim().trim_start_matches('(').trim_start();
-    if q.parse::<f64>().is_ok() {
+    let Some((ident, rest)) = leading_operation(query) else {
         return true;
-    }
-    let ident: String = q
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    let rest = q[ident.len()..].trim_start();
-    if SINGLE_SERIES.contains(&ident.as_str())
+    };
+    if SINGLE_SERIES.contains(&ident)
         && (rest.starts_with('(') || rest.starts_with("by") || rest.starts_with("without"))
     {
         // `histogram_quantile` keeps the labels of its input: only single-series when the input

@@ -193,19 +193,13 @@ pub fn drops_pod_label(query: &str) -> Option<String> {
         "quantile",
         "count_values",
     ];
-    let q = query.trim().trim_start_matches('(').trim_start();
-    if q.parse::<f64>().is_ok() {
+    let Some((ident, rest)) = crate::leading_operation(query) else {
         return Some("it is a number".to_owned());
-    }
-    let ident: String = q
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    let rest = q[ident.len()..].trim_start();
-    if matches!(ident.as_str(), "scalar" | "vector") && rest.starts_with('(') {
+    };
+    if matches!(ident, "scalar" | "vector") && rest.starts_with('(') {
         return Some(format!("`{ident}(...)` has no labels"));
     }
-    if !AGGREGATIONS.contains(&ident.as_str()) {
+    if !AGGREGATIONS.contains(&ident) {
         return None;
     }
     // The grouping clause comes before the argument (`sum by (pod) (x)`) or after it
