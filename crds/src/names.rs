@@ -170,6 +170,10 @@ names! {
         DrainStarted,
         /// Event: load came back during a drain; the drained pods are back in rotation.
         DrainCancelled,
+        /// Event: pods found out of rotation at a leader's first sync (a drain left by an
+        /// earlier leader or process) are drained on; the clock continues from
+        /// `status.draining.since`.
+        DrainResumed,
     }
 }
 
@@ -183,6 +187,7 @@ impl Reason {
                 | Reason::ReplicasReasserted
                 | Reason::DrainStarted
                 | Reason::DrainCancelled
+                | Reason::DrainResumed
         )
     }
 }

@@ -650,7 +650,7 @@ pub struct PausedStatus {
 pub struct DrainingStatus {
     /// The pods taken out of rotation, waiting for their in-flight requests to finish.
     pub pods: Vec<String>,
-    /// When they were taken out (by this leadership term: a restart starts the wait again).
+    /// When they were taken out; a new leader that finds the drain continues from this time.
     pub since: Time,
     /// In-flight requests (running + waiting) on those pods at the last sync; unset when not
     /// read.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use llmscaler_api::names::{ROTATION_IN, ROTATION_LABEL, ROTATION_OUT};
@@ -350,6 +351,7 @@ async fn a_drain_survives_a_restart_and_load_coming_back_puts_the_pods_back() ->
     let ns = world.namespace().to_owned();
     let pods: Api<Pod> = Api::namespaced(world.client.clone(), &ns);
     let slices: Api<EndpointSlice> = Api::namespaced(world.client.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(world.client.clone(), &ns);
     // Generations that never finish within the test: the drain keeps waiting.
     let endless: Vec<Request> = (0..400u32)
         .map(|i| Request {
@@ -383,18 +385,34 @@ async fn a_drain_survives_a_restart_and_load_coming_back_puts_the_pods_back() ->
         .terminate(Duration::from_secs(30))
         .await?;
     world.start_operator("drain-second", &[]).await?;
-    scalers
-        .wait_until("the new leader takes the drain over", DEADLINE, |v| {
-            let status = &v.object.data["status"]["draining"];
-            let listed: BTreeSet<String> = status["pods"]
-                .as_array()?
+    // The new leader finds the drain from the pod labels (Event `DrainResumed`) and keeps its
+    // clock: `status.draining.since` is the first leader's.
+    let note = wait_for("a DrainResumed Event", DEADLINE, || async {
+        let list = events.list(&ListParams::default()).await?;
+        Ok(
+            match list
+                .items
                 .iter()
-                .filter_map(|p| p.as_str().map(str::to_owned))
-                .collect();
-            let again = status["since"].as_str().is_some_and(|s| s != since);
-            (listed == drained && again).then_some(())
-        })
-        .await?;
+                .find(|e| e.reason.as_deref() == Some("DrainResumed"))
+            {
+                Some(e) => Check::Done(e.note.clone().unwrap_or_default()),
+                None => Check::NotYet(format!("{} events", list.items.len())),
+            },
+        )
+    })
+    .await?;
+    println!("DrainResumed: {note}");
+    anyhow::ensure!(
+        drained.iter().all(|p| note.contains(p.as_str())),
+        "the Event names the drained pods: {note}"
+    );
+    let status = world.scaler("chat").await?["status"]["draining"].clone();
+    anyhow::ensure!(
+        status["since"].as_str() == Some(since.as_str()),
+        "the drain's clock continues across the restart: since {} then {}",
+        since,
+        status["since"]
+    );
     anyhow::ensure!(
         out_of_rotation(&pods).await? == drained,
         "the drained pods stay out of rotation across the restart"

@@ -148,10 +148,27 @@ pub async fn carry_out<E>(
             .map(|c| c.name.clone())
             .collect();
         if !out.is_empty() {
-            tracing::info!(namespace, name, pods = ?out, "found pods out of rotation");
+            let started_ms = resumed_since(scaler, &out, now_ms);
+            tracing::info!(namespace, name, pods = ?out, started_ms, "found pods out of rotation");
+            if enabled && remove_now > 0 {
+                let seconds = spec.drain().map_or(0, |d| d.effective_drain_seconds());
+                let left = (i64::from(seconds) * 1000 - (now_ms - started_ms)).max(0);
+                publish(
+                    ctx,
+                    scaler,
+                    Reason::DrainResumed,
+                    format!(
+                        "pods {} found out of rotation (a drain left by an earlier leader or process), draining for {} s; lowering at the latest in {} s",
+                        out.join(", "),
+                        (now_ms - started_ms) / 1000,
+                        (left + 999) / 1000
+                    ),
+                )
+                .await;
+            }
             state.drain = Some(DrainState {
                 victims: out,
-                started_ms: now_ms,
+                started_ms,
                 in_flight: None,
             });
         }
@@ -365,6 +382,21 @@ async fn start<E>(
     WriteOutcome::Draining(message)
 }
 
+/// When a drain found from pod labels began, in Unix milliseconds: `status.draining.since`
+/// when the status lists at least one of the pods `out` (the drain a previous leader or process
+/// wrote; its clock continues, so `drainSeconds` bounds the drain across restarts), else
+/// `now_ms`. A `since` in the future (clock skew between leaders) counts as `now_ms`.
+fn resumed_since(scaler: &LLMScaler, out: &[String], now_ms: i64) -> i64 {
+    scaler
+        .status
+        .as_ref()
+        .and_then(|s| s.draining.as_ref())
+        .filter(|d| d.pods.iter().any(|p| out.contains(p)))
+        .map(|d| d.since.0.as_millisecond())
+        .filter(|&ms| ms > 0 && ms <= now_ms)
+        .unwrap_or(now_ms)
+}
+
 /// The status view of a drain in progress.
 pub fn status(state: &ScalerState) -> Option<DrainingStatus> {
     state.drain.as_ref().map(|d| DrainingStatus {
@@ -463,6 +495,33 @@ mod tests {
 
     fn readings(list: &[(&str, f64)]) -> BTreeMap<String, f64> {
         list.iter().map(|(p, v)| ((*p).to_owned(), *v)).collect()
+    }
+
+    fn draining_since(pods: &[&str], since: &str) -> LLMScaler {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+            "metadata": {"name": "chat", "namespace": "ns"},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                     "serverAddress": "http://p:9090", "minReplicas": 1, "maxReplicas": 5},
+            "status": {"draining": {"pods": pods, "since": since}}
+        }))
+        .expect("scaler")
+    }
+
+    #[test]
+    fn a_resumed_drain_keeps_the_clock_of_the_status_that_lists_its_pods() {
+        // 2026-12-01T20:00:00Z
+        let since_ms = 1_796_155_200_000;
+        let now_ms = since_ms + 42_000;
+        let scaler = draining_since(&["a", "b"], "2026-12-01T20:00:00Z");
+        assert_eq!(resumed_since(&scaler, &names(&["b"]), now_ms), since_ms);
+        // A status about other pods is another drain: the clock starts now.
+        assert_eq!(resumed_since(&scaler, &names(&["c"]), now_ms), now_ms);
+        // A since in the future (a skewed clock) is not trusted.
+        assert_eq!(
+            resumed_since(&scaler, &names(&["a"]), since_ms - 1),
+            since_ms - 1
+        );
     }
 
     #[test]
