@@ -40,19 +40,17 @@ pub fn competitor(
 
 /// Whether `hpa` scales `target` in `namespace` (kind, name and API group of `scaleTargetRef`).
 fn scales(hpa: &HorizontalPodAutoscaler, namespace: &str, target: &TargetRef) -> bool {
-    let group = |api_version: &str| {
-        api_version
-            .rsplit_once('/')
-            .map_or("", |(g, _)| g)
-            .to_owned()
-    };
-    hpa.namespace().as_deref() == Some(namespace)
-        && hpa.spec.as_ref().is_some_and(|spec| {
-            let r = &spec.scale_target_ref;
-            r.kind == target.kind
-                && r.name == target.name
-                && group(r.api_version.as_deref().unwrap_or_default()) == group(&target.api_version)
-        })
+    // Borrowed comparisons, most selective first: this runs over every cached HPA at every sync.
+    fn group(api_version: &str) -> &str {
+        api_version.rsplit_once('/').map_or("", |(g, _)| g)
+    }
+    hpa.spec.as_ref().is_some_and(|spec| {
+        let r = &spec.scale_target_ref;
+        r.name == target.name
+            && r.kind == target.kind
+            && hpa.metadata.namespace.as_deref() == Some(namespace)
+            && group(r.api_version.as_deref().unwrap_or_default()) == group(&target.api_version)
+    })
 }
 
 /// The competitor of `scaler` from the shared caches (empty until their watches have listed):
@@ -72,10 +70,12 @@ pub fn from_stores(
         target,
     )
     .or_else(|| {
+        // Borrowed comparisons, most selective first: this runs over every cached scaler at
+        // every sync (an allocation per object here made N scalers cost O(N²)).
         let siblings = scalers.state_filter(|other| {
-            other.namespace() == scaler.namespace()
+            other.spec.target_ref.name == target.name
                 && other.spec.target_ref.kind == target.kind
-                && other.spec.target_ref.name == target.name
+                && other.metadata.namespace == scaler.metadata.namespace
         });
         older_scaler(&siblings, scaler)
     })

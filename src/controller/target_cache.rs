@@ -138,21 +138,32 @@ impl TargetCache {
     }
 }
 
-/// The last-applied annotation of `kubectl apply`: a copy of the whole manifest, read by no sync.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// The `status` fields a sync reads ([`super::target::state_of`]): everything else of `status`
+/// (conditions with their messages and timestamps, collision counts) is dropped from the cache.
+const STATUS_READ: [&str; 4] = [
+    "readyReplicas",
+    "replicas",
+    "updatedReplicas",
+    "observedGeneration",
+];
 
-/// Drops from a cached target what no sync reads (issue 14: memory per scaler): the pod
-/// template and every other `spec` field but `replicas` and `selector`, the last-applied
-/// annotation, and every `managedFields` entry that does not own `spec.replicas` (an owner keeps
-/// its manager, operation, time and `{"f:spec":{"f:replicas":{}}}`, all that
-/// [`super::target::replicas_owners`] reads). `status` and the rest of `metadata` stay.
+/// Drops from a cached target what no sync reads (issue 14: memory per scaler, about 1 KiB per
+/// target left): the pod template and every other `spec` field but `replicas` and `selector`,
+/// `status` but [`STATUS_READ`], the labels, annotations and owner references, and every
+/// `managedFields` entry that does not own `spec.replicas` (an owner keeps its manager,
+/// operation, time and `{"f:spec":{"f:replicas":{}}}`, all that
+/// [`super::target::replicas_owners`] reads). Name, namespace, uid, `resourceVersion` and
+/// `generation` stay.
 pub fn prune(object: &mut DynamicObject) {
     if let Some(spec) = object.data.get_mut("spec").and_then(|s| s.as_object_mut()) {
         spec.retain(|key, _| key == "replicas" || key == "selector");
     }
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+    if let Some(status) = object.data.get_mut("status").and_then(|s| s.as_object_mut()) {
+        status.retain(|key, _| STATUS_READ.contains(&key.as_str()));
     }
+    object.metadata.annotations = None;
+    object.metadata.labels = None;
+    object.metadata.owner_references = None;
     if let Some(entries) = object.metadata.managed_fields.as_mut() {
         entries.retain_mut(|entry| {
             let owns = entry
@@ -189,7 +200,8 @@ mod tests {
             "kind": "Deployment",
             "metadata": {
                 "name": "vllm", "namespace": "ns", "generation": 3, "resourceVersion": "7",
-                "annotations": {LAST_APPLIED: "{...}", "team": "a"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "labels": {"team": "a"},
                 "managedFields": [
                     {"manager": "kubectl", "operation": "Apply", "time": "2026-01-01T00:00:00Z",
                      "fieldsType": "FieldsV1",
@@ -206,7 +218,9 @@ mod tests {
                 "selector": {"matchLabels": {"app": "vllm"}},
                 "template": {"metadata": {"labels": {"app": "vllm"}}, "spec": {"containers": []}}
             },
-            "status": {"readyReplicas": 3, "replicas": 4, "updatedReplicas": 4, "observedGeneration": 3}
+            "status": {"readyReplicas": 3, "replicas": 4, "updatedReplicas": 4, "observedGeneration": 3,
+                       "conditions": [{"type": "Available", "status": "True",
+                                       "message": "Deployment has minimum availability."}]}
         }))
         .expect("object");
         let before = state_of(object.clone(), "Deployment");
@@ -237,8 +251,10 @@ mod tests {
             crate::controller::victims::selector_string(&after.object.data)
         );
         assert!(after.object.data["spec"].get("template").is_none());
-        let annotations = after.object.metadata.annotations.expect("annotations");
-        assert_eq!(annotations.len(), 1);
+        assert!(after.object.metadata.annotations.is_none());
+        assert!(after.object.metadata.labels.is_none());
+        assert!(after.object.data["status"].get("conditions").is_none());
+        assert_eq!(after.object.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(
             after.object.metadata.managed_fields.map(|m| m.len()),
             Some(2)
