@@ -1,6 +1,6 @@
 //! Helpers of the programs that replay a trace against the local cluster (`llmscaler-demo`,
-//! `llmscaler-peers`): a fresh namespace, a server-side apply with kubectl, and the wait for a
-//! workload's Ready pods.
+//! `llmscaler-peers`): what a run started and its cleanup, a fresh namespace, a server-side
+//! apply with kubectl, and the wait for a workload's Ready pods.
 
 use std::time::Duration;
 
@@ -11,8 +11,53 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::operator::run_command;
+use crate::emulator::Emulator;
+use crate::operator::{Operator, Rbac, run_command};
+use crate::prometheus::Prometheus;
 use crate::{Check, kubectl_path, wait_for};
+
+/// What a run started, stopped in [`Started::cleanup`] whatever happened.
+#[derive(Default)]
+pub struct Started {
+    /// The client the namespace is deleted with.
+    pub client: Option<Client>,
+    /// The run's namespace (deleted at the end).
+    pub namespace: Option<String>,
+    /// The chart's RBAC of the operator.
+    pub rbac: Option<Rbac>,
+    /// The vLLM emulator.
+    pub emulator: Option<Emulator>,
+    /// Prometheus.
+    pub prometheus: Option<Prometheus>,
+    /// The operator, out of cluster.
+    pub operator: Option<Operator>,
+}
+
+impl Started {
+    /// Stops the operator, the emulator and Prometheus, deletes the namespace and the RBAC;
+    /// failures are printed with the prefix `who`, not returned (the run's own error matters
+    /// more).
+    pub async fn cleanup(&mut self, who: &str) {
+        if let Some(mut operator) = self.operator.take() {
+            operator.kill();
+        }
+        if let Some(emulator) = self.emulator.take() {
+            emulator.stop().await;
+        }
+        drop(self.prometheus.take());
+        if let (Some(client), Some(ns)) = (self.client.as_ref(), self.namespace.take()) {
+            let api: Api<Namespace> = Api::all(client.clone());
+            if let Err(err) = api.delete(&ns, &DeleteParams::default()).await {
+                eprintln!("{who}: deleting namespace {ns}: {err}");
+            }
+        }
+        if let Some(rbac) = self.rbac.take()
+            && let Err(err) = rbac.delete()
+        {
+            eprintln!("{who}: deleting the RBAC: {err:#}");
+        }
+    }
+}
 
 /// How long [`fresh_namespace`] waits for a namespace left by an earlier run to go away.
 pub const NAMESPACE_GONE_DEADLINE: Duration = Duration::from_secs(120);

@@ -30,14 +30,13 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use llmscaler_e2e::emulator::{Config, Emulator, ModelArgs, load_trace};
 use llmscaler_e2e::fixture::{deployment_manifest, install_crd, scaler_resource};
 use llmscaler_e2e::operator::{Operator, Rbac};
 use llmscaler_e2e::prometheus::Prometheus;
-use llmscaler_e2e::session;
+use llmscaler_e2e::session::{self, Started};
 use llmscaler_e2e::watch::{Recorder, Version};
 use llmscaler_e2e::{Check, wait_for};
 use llmscaler_loadmodel::{ATTRIBUTION, Request};
@@ -205,47 +204,13 @@ fn progress(message: &str) {
     eprintln!("==> {message}");
 }
 
-/// What a run started, stopped in [`Started::cleanup`] whatever happened.
-#[derive(Default)]
-struct Started {
-    client: Option<Client>,
-    namespace: Option<String>,
-    rbac: Option<Rbac>,
-    emulator: Option<Emulator>,
-    prometheus: Option<Prometheus>,
-    operator: Option<Operator>,
-}
-
-impl Started {
-    async fn cleanup(&mut self) {
-        if let Some(mut operator) = self.operator.take() {
-            operator.kill();
-        }
-        if let Some(emulator) = self.emulator.take() {
-            emulator.stop().await;
-        }
-        drop(self.prometheus.take());
-        if let (Some(client), Some(ns)) = (self.client.as_ref(), self.namespace.take()) {
-            let api: Api<Namespace> = Api::all(client.clone());
-            if let Err(err) = api.delete(&ns, &DeleteParams::default()).await {
-                eprintln!("llmscaler-peers: deleting namespace {ns}: {err}");
-            }
-        }
-        if let Some(rbac) = self.rbac.take()
-            && let Err(err) = rbac.delete()
-        {
-            eprintln!("llmscaler-peers: deleting the RBAC: {err:#}");
-        }
-    }
-}
-
 async fn run_main(args: RunArgs, shutdown: llmscaler::process::Shutdown) -> anyhow::Result<()> {
     let mut started = Started::default();
     let result = tokio::select! {
         r = run(&args, &mut started) => r,
         () = shutdown.requested() => Err(anyhow::anyhow!("interrupted by a signal")),
     };
-    started.cleanup().await;
+    started.cleanup("llmscaler-peers").await;
     result
 }
 
