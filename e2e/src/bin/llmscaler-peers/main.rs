@@ -645,3 +645,78 @@ fn predict(common: &Common) -> anyhow::Result<()> {
     progress(&format!("wrote {}", path.display()));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(at: SystemTime, replicas: i32, rv: u32) -> Version {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "vllm", "resourceVersion": rv.to_string()},
+            "spec": {"replicas": replicas},
+        }))
+        .expect("object");
+        Version {
+            object,
+            seen_at: at,
+        }
+    }
+
+    fn report(
+        arrived: u64,
+        served: u64,
+        share: f64,
+        trace_s: f64,
+        ready_s: f64,
+    ) -> llmscaler_loadmodel::Report {
+        llmscaler_loadmodel::Report {
+            trace_seconds: trace_s,
+            replica_seconds: ready_s,
+            arrived,
+            served,
+            failed: 1,
+            in_flight: 0,
+            ttft_p50_s: 0.1,
+            ttft_p95_s: 0.2,
+            ttft_p99_s: 0.3,
+            slo_ttft_s: 2.0,
+            ttft_slo_share: share,
+            peak_queue: 0,
+            scale_events: 0,
+            peak_ready: 4,
+        }
+    }
+
+    #[test]
+    fn measure_counts_writes_and_integrates_to_the_horizon() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let wall = |s: f64| t0 + Duration::from_secs_f64(s);
+        // Speed 10: wall seconds 0, 2, 3, 5 are trace seconds 0, 20, 30, 50; a status-only
+        // version (same replicas) and one past the horizon (trace 120 > 100) do not count.
+        let versions = [
+            version(wall(0.0), 4, 1),
+            version(wall(1.0), 4, 2),
+            version(wall(2.0), 6, 3),
+            version(wall(3.0), 5, 4),
+            version(wall(5.0), 2, 5),
+            version(wall(12.0), 9, 6),
+        ];
+        let m = measure(
+            &versions,
+            t0,
+            10.0,
+            100.0,
+            &report(100, 90, 0.5, 110.0, 400.0),
+            3,
+        );
+        // 4 × 20 + 6 × 10 + 5 × 20 + 2 × 50.
+        assert!((m.replica_seconds - 340.0).abs() < 1e-6, "{m:?}");
+        assert_eq!((m.scale_ups, m.scale_downs, m.peak_replicas), (1, 2, 6));
+        // The emulator's 10 s past the horizon at 3 Ready taken off.
+        assert!((m.ready_replica_seconds - 370.0).abs() < 1e-6, "{m:?}");
+        // Half of the 90 served of 100 arrived.
+        assert!((m.slo_attainment - 0.45).abs() < 1e-9, "{m:?}");
+        assert_eq!((m.requests_dropped, m.requests_unserved), (1, 10));
+    }
+}
