@@ -10,6 +10,7 @@ pub mod exporter;
 pub mod fixture;
 pub mod operator;
 pub mod pod;
+pub mod session;
 pub mod watch;
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -60,15 +60,34 @@ impl Prometheus {
     /// # Errors
     /// As [`Prometheus::start`].
     pub async fn start_on(ip: std::net::IpAddr, target: SocketAddr) -> anyhow::Result<Self> {
+        Self::start_with(ip, target, Duration::from_secs(1)).await
+    }
+
+    /// Like [`Prometheus::start`], scraping every `interval` (at least 10 ms; rounded to
+    /// milliseconds) instead of every second: a time-compressed replay (`bench/peers`) divides
+    /// the scrape interval by its speed factor, as every other window.
+    ///
+    /// # Errors
+    /// As [`Prometheus::start`].
+    pub async fn start_every(target: SocketAddr, interval: Duration) -> anyhow::Result<Self> {
+        Self::start_with(std::net::Ipv4Addr::LOCALHOST.into(), target, interval).await
+    }
+
+    async fn start_with(
+        ip: std::net::IpAddr,
+        target: SocketAddr,
+        interval: Duration,
+    ) -> anyhow::Result<Self> {
+        let every = format!("{}ms", interval.as_millis().max(10));
         let bin = binary()?;
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("prometheus.yml");
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: vllm\n    scrape_interval: 1s\n    \
-                 scrape_timeout: 1s\n    static_configs:\n      - targets: ['{target}']\n"
+                "global:\n  scrape_interval: {every}\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: vllm\n    scrape_interval: {every}\n    \
+                 scrape_timeout: {every}\n    static_configs:\n      - targets: ['{target}']\n"
             ),
         )?;
         // A port picked by `free_port` can be taken before Prometheus binds it: try again with

@@ -21,14 +21,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use llmscaler_e2e::emulator::{Config, Emulator, ModelArgs, load_trace};
 use llmscaler_e2e::fixture::{deployment_manifest, install_crd};
-use llmscaler_e2e::operator::{Operator, Rbac, run_command};
+use llmscaler_e2e::operator::{Operator, Rbac};
 use llmscaler_e2e::prometheus::Prometheus;
-use llmscaler_e2e::{Check, kubectl_path, wait_for};
+use llmscaler_e2e::session::{self, Started};
 use llmscaler_loadmodel::ATTRIBUTION;
 use plot::{Sample, Targets, draw_png};
 use serde_json::{Value, json};
@@ -114,50 +113,14 @@ fn main() -> ExitCode {
     })
 }
 
-/// What the demo started, stopped in [`Started::cleanup`] whatever happened.
-#[derive(Default)]
-struct Started {
-    client: Option<Client>,
-    namespace: Option<String>,
-    rbac: Option<Rbac>,
-    emulator: Option<Emulator>,
-    prometheus: Option<Prometheus>,
-    operator: Option<Operator>,
-}
-
-impl Started {
-    async fn cleanup(&mut self) {
-        if let Some(mut operator) = self.operator.take() {
-            operator.kill();
-        }
-        if let Some(emulator) = self.emulator.take() {
-            emulator.stop().await;
-        }
-        drop(self.prometheus.take());
-        if let (Some(client), Some(ns)) = (self.client.as_ref(), self.namespace.take()) {
-            let api: Api<Namespace> = Api::all(client.clone());
-            if let Err(err) = api.delete(&ns, &DeleteParams::default()).await {
-                eprintln!("llmscaler-demo: deleting namespace {ns}: {err}");
-            }
-        }
-        if let Some(rbac) = self.rbac.take()
-            && let Err(err) = rbac.delete()
-        {
-            eprintln!("llmscaler-demo: deleting the RBAC: {err:#}");
-        }
-        progress(
-            "cleaned up: operator, emulator and Prometheus stopped; namespace and RBAC deleted",
-        );
-    }
-}
-
 async fn main_async(args: Args, shutdown: llmscaler::process::Shutdown) -> anyhow::Result<()> {
     let mut started = Started::default();
     let result = tokio::select! {
         r = run(&args, &mut started) => r,
         () = shutdown.requested() => Err(anyhow::anyhow!("interrupted by a signal")),
     };
-    started.cleanup().await;
+    started.cleanup("llmscaler-demo").await;
+    progress("cleaned up: operator, emulator and Prometheus stopped; namespace and RBAC deleted");
     result
 }
 
@@ -183,7 +146,7 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
     let ns = args.namespace.as_str();
 
     install_crd()?;
-    fresh_namespace(&client, ns).await?;
+    session::fresh_namespace(&client, ns, "llmscaler-demo").await?;
     started.namespace = Some(ns.to_string());
     progress(&format!(
         "namespace {ns} created; installing the chart (out of cluster: RBAC, webhook configurations)"
@@ -204,7 +167,7 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
         KWOK_READY_DELAY: format!("{}ms", (args.startup_trace_seconds / args.speed * 1000.0).round()),
     });
     apply(&deployment)?;
-    wait_ready(&client, ns, initial).await?;
+    session::wait_ready(&client, ns, WORKLOAD, initial).await?;
 
     let emulator = Emulator::start(
         client.clone(),
@@ -618,70 +581,5 @@ fn write_outputs(
 
 /// Server-side applies a manifest with kubectl under [`MANAGER`].
 fn apply(manifest: &Value) -> anyhow::Result<()> {
-    run_command(
-        &kubectl_path(),
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager",
-            MANAGER,
-            "-f",
-            "-",
-        ],
-        Some(&manifest.to_string()),
-    )
-    .map(drop)
-}
-
-/// Deletes `ns` if a previous run left it (waiting until it is gone), then creates it.
-async fn fresh_namespace(client: &Client, ns: &str) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(ns).await?.is_some() {
-        progress(&format!(
-            "namespace {ns} exists from an earlier run; deleting it first"
-        ));
-        let _ = api.delete(ns, &DeleteParams::default()).await;
-        wait_for(
-            &format!("namespace {ns} gone"),
-            Duration::from_secs(120),
-            || async {
-                Ok(match api.get_opt(ns).await? {
-                    None => Check::Done(()),
-                    Some(n) => Check::NotYet(format!("phase {:?}", n.status.and_then(|s| s.phase))),
-                })
-            },
-        )
-        .await?;
-    }
-    let namespace: Namespace = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "llmscaler-demo"}}
-    }))?;
-    api.create(&PostParams::default(), &namespace)
-        .await
-        .with_context(|| format!("creating namespace {ns}"))?;
-    Ok(())
-}
-
-/// Waits until the workload has `n` Ready replicas.
-async fn wait_ready(client: &Client, ns: &str, n: i32) -> anyhow::Result<()> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        &format!("{WORKLOAD} with {n} Ready pods"),
-        Duration::from_secs(60),
-        || async {
-            let d = api.get(WORKLOAD).await?;
-            let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
-            Ok(if ready >= n {
-                Check::Done(())
-            } else {
-                Check::NotYet(format!(
-                    "{} has {ready} Ready",
-                    d.metadata.name.unwrap_or_default()
-                ))
-            })
-        },
-    )
-    .await
+    session::apply_as(MANAGER, manifest)
 }

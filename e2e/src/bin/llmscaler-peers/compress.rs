@@ -1,0 +1,349 @@
+//! Time compression of both autoscalers' settings by the replay's speed factor: the emulator
+//! runs the trace `speed` times faster than real time, so every period and window of the
+//! control loops is divided by `speed`, and every per-second rate a query computes (which
+//! Prometheus takes per wall second) is divided by `speed` to read in trace seconds again.
+//! Quantities of the model's own time (TTFT targets, `maxQueueWaitSeconds`, `backlogSeconds`,
+//! which divide trace-time counts) stay as they are.
+//!
+//! - LLMScaler: `syncPeriodSeconds`, `retryPeriodSeconds`,
+//!   `scaleDown.stabilizationWindowSeconds`, `startup.initialSeconds`; range selectors of every
+//!   query (`[30s]` → `[2s]` at speed 15); a query with `rate(` and no `histogram_quantile`
+//!   (a ratio of rates, unitless) is divided by `speed`.
+//! - KEDA ScaledObject: one Prometheus trigger per metric of the metrics-only LLMScaler, as the
+//!   offline replay's KEDA model reads them (`avg(X)` → `sum(X)`, `AverageValue`; any other
+//!   query → `Value`), `pollingInterval` 30 s ÷ speed, and the HPA's default behavior with
+//!   every window and policy period ÷ speed (tolerance 0.1 stays; the HPA sync period is the
+//!   controller-manager's flag, set by `bench/peers`).
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+/// LLMScaler fields holding seconds that this module knows how to treat.
+const KNOWN_SECONDS: &[&str] = &[
+    "syncPeriodSeconds",
+    "retryPeriodSeconds",
+    "stabilizationWindowSeconds",
+    "initialSeconds",
+    "maxQueueWaitSeconds",
+    "backlogSeconds",
+];
+
+/// The speed factor (trace seconds per wall second).
+#[derive(Clone, Copy, Debug)]
+pub struct Compression {
+    /// Trace seconds per wall second (> 0).
+    pub speed: f64,
+}
+
+impl Compression {
+    /// A period of `trace_s` trace seconds in whole wall seconds (at least 1).
+    pub fn wall_seconds(self, trace_s: i64) -> i64 {
+        #[allow(clippy::cast_possible_truncation)]
+        let s = (trace_s as f64 / self.speed).round() as i64;
+        s.max(1)
+    }
+
+    /// A window of `trace_s` trace seconds in whole wall seconds (0 stays 0).
+    fn window(self, trace_s: i64) -> i64 {
+        if trace_s == 0 {
+            0
+        } else {
+            self.wall_seconds(trace_s)
+        }
+    }
+
+    /// `query` with its range selectors divided by the speed, and divided by the speed itself
+    /// when it is a per-second rate.
+    pub fn query(self, query: &str) -> String {
+        let mut out = String::with_capacity(query.len() + 8);
+        let mut rest = query;
+        while let Some(open) = rest.find('[') {
+            out.push_str(&rest[..=open]);
+            rest = &rest[open + 1..];
+            let Some(close) = rest.find(']') else { break };
+            let inside = &rest[..close];
+            match duration_ms(inside) {
+                Some(ms) => {
+                    #[allow(clippy::cast_possible_truncation)]
+                    let wall_ms = (ms as f64 / self.speed).round() as i64;
+                    if wall_ms % 1000 == 0 {
+                        out.push_str(&format!("{}s", wall_ms / 1000));
+                    } else {
+                        out.push_str(&format!("{wall_ms}ms"));
+                    }
+                }
+                None => out.push_str(inside),
+            }
+            rest = &rest[close..];
+        }
+        out.push_str(rest);
+        if query.contains("rate(") && !query.contains("histogram_quantile") {
+            format!("({out}) / {}", self.speed)
+        } else {
+            out
+        }
+    }
+
+    /// The LLMScaler of `manifest` (trace-time settings) for the compressed run: namespace
+    /// `ns`, `serverAddress` `prometheus`.
+    ///
+    /// # Errors
+    /// A field holding seconds that is not one of [`KNOWN_SECONDS`] (it would go uncompressed).
+    pub fn llmscaler(self, manifest: &Value, ns: &str, prometheus: &str) -> anyhow::Result<Value> {
+        check_known_seconds(manifest, "")?;
+        let mut m = manifest.clone();
+        m["metadata"]["namespace"] = json!(ns);
+        let spec = m
+            .get_mut("spec")
+            .and_then(Value::as_object_mut)
+            .context("the LLMScaler has no spec")?;
+        spec.insert("serverAddress".into(), json!(prometheus));
+        let int = |v: Option<&Value>, default: i64| v.and_then(Value::as_i64).unwrap_or(default);
+        let sync = int(spec.get("syncPeriodSeconds"), 15);
+        spec.insert("syncPeriodSeconds".into(), json!(self.wall_seconds(sync)));
+        let retry = int(spec.get("retryPeriodSeconds"), 10);
+        spec.insert("retryPeriodSeconds".into(), json!(self.wall_seconds(retry)));
+        if let Some(sd) = spec.get_mut("scaleDown").and_then(Value::as_object_mut) {
+            let w = int(sd.get("stabilizationWindowSeconds"), 0);
+            sd.insert("stabilizationWindowSeconds".into(), json!(self.window(w)));
+        }
+        if let Some(st) = spec.get_mut("startup").and_then(Value::as_object_mut) {
+            let w = int(st.get("initialSeconds"), 0);
+            st.insert("initialSeconds".into(), json!(self.window(w)));
+        }
+        if let Some(cap) = spec.get_mut("capacity").and_then(Value::as_object_mut) {
+            for key in ["arrivalRateQuery", "backlogQuery"] {
+                if let Some(q) = cap.get(key).and_then(Value::as_str) {
+                    let q = self.query(q);
+                    cap.insert(key.into(), json!(q));
+                }
+            }
+        }
+        for metric in spec
+            .get_mut("metrics")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(q) = metric.get("query").and_then(Value::as_str) {
+                let q = self.query(q);
+                metric["query"] = json!(q);
+            }
+        }
+        Ok(m)
+    }
+
+    /// The KEDA ScaledObject on Deployment `workload` in `ns` with one Prometheus trigger per
+    /// metric of the LLMScaler `manifest` (as the offline replay's KEDA model reads them), its
+    /// bounds, KEDA's default polling and the HPA's default behavior, compressed.
+    ///
+    /// # Errors
+    /// A manifest without metrics, or a metric without a query or target.
+    pub fn scaled_object(
+        self,
+        manifest: &Value,
+        ns: &str,
+        workload: &str,
+        prometheus: &str,
+    ) -> anyhow::Result<Value> {
+        let spec = &manifest["spec"];
+        let metrics = spec["metrics"]
+            .as_array()
+            .filter(|m| !m.is_empty())
+            .context("the metrics LLMScaler has no spec.metrics")?;
+        let mut triggers = Vec::new();
+        for m in metrics {
+            let (Some(query), Some(target)) = (m["query"].as_str(), m["target"].as_str()) else {
+                bail!("metric {m} has no query or target");
+            };
+            let (query, metric_type) = match per_pod(query) {
+                Some(inner) => (format!("sum({inner})"), "AverageValue"),
+                None => (query.to_string(), "Value"),
+            };
+            triggers.push(json!({
+                "type": "prometheus",
+                "name": m["name"],
+                "metricType": metric_type,
+                "metadata": {
+                    "serverAddress": prometheus,
+                    "query": self.query(&query),
+                    "threshold": target,
+                },
+            }));
+        }
+        let period = self.wall_seconds(15);
+        Ok(json!({
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": workload, "namespace": ns},
+            "spec": {
+                "scaleTargetRef": {"name": workload},
+                "pollingInterval": self.wall_seconds(30),
+                "cooldownPeriod": self.wall_seconds(300),
+                "minReplicaCount": spec["minReplicas"].as_i64().unwrap_or(1),
+                "maxReplicaCount": spec["maxReplicas"].as_i64().context("no maxReplicas")?,
+                "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+                    "scaleUp": {
+                        "stabilizationWindowSeconds": 0,
+                        "selectPolicy": "Max",
+                        "policies": [
+                            {"type": "Pods", "value": 4, "periodSeconds": period},
+                            {"type": "Percent", "value": 100, "periodSeconds": period},
+                        ],
+                    },
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": self.window(300),
+                        "selectPolicy": "Max",
+                        "policies": [{"type": "Percent", "value": 100, "periodSeconds": period}],
+                    },
+                }}},
+                "triggers": triggers,
+            },
+        }))
+    }
+}
+
+/// `X` of a query `avg(X)` (no `by`/`without`), the per-pod series the HPA reads with an
+/// `AverageValue` target (src/simulate/policies/hpa.rs reads the same shape).
+fn per_pod(query: &str) -> Option<&str> {
+    let q = query.trim();
+    let inner = q.strip_prefix("avg(")?.strip_suffix(')')?;
+    // The `(` after `avg` must close at the very end.
+    let mut depth = 0i32;
+    for ch in inner.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+    }
+    (depth == 0).then_some(inner)
+}
+
+/// Milliseconds of a PromQL duration of one unit (`30s`, `1m`, `500ms`, `1h`); `None` for
+/// anything else (subqueries, compound durations).
+fn duration_ms(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit())?;
+    let n: i64 = text[..digits].parse().ok()?;
+    let unit = match &text[digits..] {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return None,
+    };
+    Some(n * unit)
+}
+
+/// Refuses a field named `*Seconds` that is not in [`KNOWN_SECONDS`].
+fn check_known_seconds(value: &Value, path: &str) -> anyhow::Result<()> {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let here = format!("{path}.{k}");
+                if k.ends_with("Seconds") && !KNOWN_SECONDS.contains(&k.as_str()) {
+                    bail!("{here}: a time this program does not know how to compress");
+                }
+                check_known_seconds(v, &here)?;
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                check_known_seconds(v, &format!("{path}[{i}]"))?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: Compression = Compression { speed: 15.0 };
+
+    #[test]
+    fn queries_are_compressed() {
+        assert_eq!(
+            C.query(r#"sum(rate(vllm:request_success_total{app="vllm"}[30s]))"#),
+            r#"(sum(rate(vllm:request_success_total{app="vllm"}[2s]))) / 15"#
+        );
+        assert_eq!(
+            C.query(
+                "(histogram_quantile(0.9, sum by (le) (rate(x_bucket[1m]))) >= 0) or vector(0)"
+            ),
+            "(histogram_quantile(0.9, sum by (le) (rate(x_bucket[4s]))) >= 0) or vector(0)"
+        );
+        assert_eq!(C.query("avg(y[10s])"), "avg(y[667ms])");
+        assert_eq!(C.query("avg(z)"), "avg(z)");
+        assert_eq!(
+            C.query("max_over_time(z[5m:1m])"),
+            "max_over_time(z[5m:1m])"
+        );
+    }
+
+    #[test]
+    fn per_pod_reads_only_a_whole_avg() {
+        assert_eq!(per_pod(r#"avg(a{b="c"})"#), Some(r#"a{b="c"}"#));
+        assert_eq!(per_pod("avg(a) / avg(b)"), None);
+        assert_eq!(per_pod("sum(a)"), None);
+        assert_eq!(per_pod("avg(a) or vector(0)"), None);
+    }
+
+    #[test]
+    fn the_recommended_scaler_is_compressed() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/vllm.yaml"),
+        )
+        .expect("docs/examples/vllm.yaml");
+        let manifest: Value = serde_yaml::from_str(&text).expect("yaml");
+        let m = C
+            .llmscaler(&manifest, "ns", "http://p")
+            .expect("compressed");
+        assert_eq!(m["spec"]["syncPeriodSeconds"], 1);
+        assert_eq!(m["spec"]["retryPeriodSeconds"], 1);
+        assert_eq!(m["spec"]["scaleDown"]["stabilizationWindowSeconds"], 20);
+        assert_eq!(m["spec"]["startup"]["initialSeconds"], 6);
+        assert_eq!(m["spec"]["capacity"]["backlogSeconds"], 60);
+        assert_eq!(m["metadata"]["namespace"], "ns");
+        let mut bad = manifest.clone();
+        bad["spec"]["scaleUp"] = json!({"windowSeconds": 5});
+        let err = C
+            .llmscaler(&bad, "ns", "http://p")
+            .expect_err("unknown seconds");
+        assert!(
+            err.to_string().contains(".spec.scaleUp.windowSeconds"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_scaled_object_has_hpa_defaults_compressed() {
+        let manifest = json!({"spec": {"minReplicas": 1, "maxReplicas": 9, "metrics": [
+            {"name": "running", "query": "avg(r)", "target": "24"},
+            {"name": "tokens", "query": "sum(rate(t[1m])) / count(r)", "target": "2500"},
+        ]}});
+        let so = C
+            .scaled_object(&manifest, "ns", "vllm", "http://p")
+            .expect("built");
+        let spec = &so["spec"];
+        assert_eq!(spec["pollingInterval"], 2);
+        assert_eq!(spec["triggers"][0]["metadata"]["query"], "sum(r)");
+        assert_eq!(spec["triggers"][0]["metricType"], "AverageValue");
+        assert_eq!(
+            spec["triggers"][1]["metadata"]["query"],
+            "(sum(rate(t[4s])) / count(r)) / 15"
+        );
+        assert_eq!(spec["triggers"][1]["metricType"], "Value");
+        let behavior = &spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"];
+        assert_eq!(behavior["scaleDown"]["stabilizationWindowSeconds"], 20);
+        assert_eq!(behavior["scaleUp"]["policies"][0]["periodSeconds"], 1);
+    }
+}
