@@ -156,10 +156,39 @@ mod tests {
                 "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
                 "metadata": {"name": name, "namespace": namespace, "ownerReferences": owners},
                 "spec": {"scaleTargetRef": {"apiVersion": target.0, "kind": target.1, "name": target.2},
-                         "maxReplicas": 5}
+                         "maxReplicas": 5,
+                         "metrics": [{"type": "External", "external": {
+                             "metric": {"name": "s0-prometheus"},
+                             "target": {"type": "AverageValue", "averageValue": "8"}}}]},
+                "status": {"currentReplicas": 2, "desiredReplicas": 2,
+                           "conditions": [{"type": "ScalingActive", "status": "True",
+                                           "reason": "ValidMetricFound", "message": "the HPA was able to compute"}]}
             }))
             .expect("hpa"),
         )
+    }
+
+    #[test]
+    fn a_cached_hpa_names_the_same_competitor() {
+        let target = TargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "vllm".into(),
+        };
+        let full = hpa(
+            "ns",
+            "keda-hpa-chat",
+            ("apps/v1", "Deployment", "vllm"),
+            Some("chat"),
+        );
+        let mut cached = (*full).clone();
+        super::super::cached_hpa(&mut cached);
+        assert!(full.status.is_some() && cached.status.is_none());
+        assert!(cached.spec.as_ref().is_some_and(|s| s.metrics.is_none()));
+        assert_eq!(
+            competitor(&[full], "ns", &target),
+            competitor(&[Arc::new(cached)], "ns", &target)
+        );
     }
 
     #[test]

@@ -227,7 +227,7 @@ fn watch_hpas(ctx: &Context, namespace: Option<&str>) -> Option<tokio::task::Joi
     };
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(without_managed_fields)
+        .modify(cached_hpa)
         .reflect(writer);
     Some(tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -239,10 +239,33 @@ fn watch_hpas(ctx: &Context, namespace: Option<&str>) -> Option<tokio::task::Joi
     }))
 }
 
-/// Drops `metadata.managedFields` from a cached object: no sync reads them from a scaler or an
-/// HPA, and they are often the larger part of a small object (memory per scaler, issue 14).
+/// Drops from a cached object what no sync reads from a scaler or an HPA (memory per scaler,
+/// issue 14): `metadata.managedFields` (often the larger part of a small object) and the
+/// `kubectl.kubernetes.io/last-applied-configuration` annotation (a copy of the whole manifest
+/// after a client-side `kubectl apply`). Other annotations stay (the pause annotation is read).
 fn without_managed_fields<K: kube::Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// The `kubectl apply` annotation holding the last applied manifest.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// [`without_managed_fields`], and for an HPA also everything but its `scaleTargetRef`: the
+/// competitor check ([`competitors`]) reads only that, the name, namespace and owner
+/// references; `status` (current metrics, conditions with messages) and `spec.metrics` go.
+fn cached_hpa(hpa: &mut HorizontalPodAutoscaler) {
+    without_managed_fields(hpa);
+    hpa.status = None;
+    hpa.metadata.labels = None;
+    hpa.metadata.annotations = None;
+    if let Some(spec) = hpa.spec.as_mut() {
+        spec.metrics = None;
+        spec.behavior = None;
+    }
 }
 
 /// What re-triggers a sync besides the requeue: a new `metadata.generation` (a spec change) or a

@@ -158,7 +158,11 @@ pub fn prune(object: &mut DynamicObject) {
     if let Some(spec) = object.data.get_mut("spec").and_then(|s| s.as_object_mut()) {
         spec.retain(|key, _| key == "replicas" || key == "selector");
     }
-    if let Some(status) = object.data.get_mut("status").and_then(|s| s.as_object_mut()) {
+    if let Some(status) = object
+        .data
+        .get_mut("status")
+        .and_then(|s| s.as_object_mut())
+    {
         status.retain(|key, _| STATUS_READ.contains(&key.as_str()));
     }
     object.metadata.annotations = None;
