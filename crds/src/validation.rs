@@ -556,11 +556,17 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
                     ));
                 }
             }
-            if !metrics.is_empty() && metrics.iter().all(MetricSpec::is_guardrail) {
+            // With `spec.capacity` the recommender sizes the fleet (it may lower it) and the
+            // guardrails protect it: a meaningful spec (docs/scaling.md#capacity-recommender).
+            if !metrics.is_empty()
+                && spec.capacity.is_none()
+                && metrics.iter().all(MetricSpec::is_guardrail)
+            {
                 errors.push(FieldError::new(
                     "spec.metrics",
                     "every metric is a Guardrail: guardrails never lower replicas, so the fleet \
-                     could only grow; give at least one metric role Normal (docs/signals.md#guardrails)",
+                     could only grow; give at least one metric role Normal, or size the fleet with \
+                     spec.capacity (docs/signals.md#guardrails)",
                 ));
             }
         }
@@ -1397,12 +1403,24 @@ mod tests {
             errors[0].starts_with("spec.metrics[1].target: a guardrail needs a target"),
             "{errors:?}"
         );
-        let errors = errors_of(vec![ttft]);
+        let errors = errors_of(vec![ttft.clone()]);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(
             errors[0].starts_with("spec.metrics: every metric is a Guardrail"),
             "{errors:?}"
         );
+        // Guardrails only next to the capacity recommender: it sizes, they protect.
+        let mut spec = valid();
+        spec.metrics = Some(vec![ttft]);
+        spec.capacity = Some(crate::Capacity {
+            arrival_rate_query: "sum(rate(vllm:request_success_total[1m]))".into(),
+            replica_requests_per_second: "4.5".into(),
+            max_queue_wait_seconds: None,
+            backlog_query: None,
+            backlog_seconds: None,
+        });
+        let errors = validate_spec(&spec);
+        assert!(errors.is_empty(), "{errors:?}");
         // Unknown runtime or signal: refused by deserialization with the path.
         let text = r#"{"apiVersion":"autoscaling.modelsphere.dev/v1alpha1","kind":"LLMScaler",
             "metadata":{"name":"x"},"spec":{"targetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"v"},
