@@ -9,9 +9,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
+use llmscaler_loadmodel::{Params, Request};
 use serde_json::{Value, json};
 
-use crate::emulator::Emulator;
+use crate::emulator::{Config, Emulator};
+use crate::fixture::deployment_manifest;
 use crate::operator::{Operator, Rbac, run_command};
 use crate::prometheus::Prometheus;
 use crate::{Check, kubectl_path, wait_for};
@@ -135,6 +137,55 @@ pub async fn wait_ready(client: &Client, ns: &str, name: &str, n: i32) -> anyhow
             } else {
                 Check::NotYet(format!("{name} has {ready} Ready"))
             })
+        },
+    )
+    .await
+}
+
+/// Pod annotation read by the delayed pod-ready stage of `e2e/kwok-stages.yaml` (a Go duration).
+const KWOK_READY_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
+
+/// The Deployment `name` (pods labelled `app=<name>`) of kwok pods with `replicas`, whose pods
+/// become Ready `startup_trace_seconds / speed` wall seconds after creation when the cluster runs
+/// the stage set of `e2e/kwok-stages.yaml` (kwok's default fast stages ignore it: Ready at once):
+/// the model's start-up, compressed like the trace.
+pub fn workload(
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    startup_trace_seconds: f64,
+    speed: f64,
+) -> Value {
+    let mut deployment = deployment_manifest(ns, name, Some(replicas));
+    deployment["spec"]["template"]["metadata"]["annotations"] = json!({
+        KWOK_READY_DELAY: format!("{}ms", (startup_trace_seconds / speed * 1000.0).round()),
+    });
+    deployment
+}
+
+/// The vLLM emulator replaying `requests` at `speed` (trace seconds per wall second) over the
+/// Ready pods `app=<name>` in `ns`, with the load model `params`, on a free loopback port.
+///
+/// # Errors
+/// When the emulator cannot list the pods or bind its port.
+pub async fn start_emulator(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    requests: Vec<Request>,
+    speed: f64,
+    params: Params,
+) -> anyhow::Result<Emulator> {
+    Emulator::start(
+        client.clone(),
+        Config {
+            requests,
+            speed,
+            namespace: ns.to_string(),
+            selector: format!("app={name}"),
+            service: None,
+            params,
+            listen: "127.0.0.1:0".parse()?,
         },
     )
     .await

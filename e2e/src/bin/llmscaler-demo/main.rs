@@ -23,8 +23,8 @@ use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
-use llmscaler_e2e::emulator::{Config, Emulator, ModelArgs, load_trace};
-use llmscaler_e2e::fixture::{deployment_manifest, install_crd};
+use llmscaler_e2e::emulator::{ModelArgs, load_trace};
+use llmscaler_e2e::fixture::install_crd;
 use llmscaler_e2e::operator::{Operator, Rbac};
 use llmscaler_e2e::prometheus::Prometheus;
 use llmscaler_e2e::session::{self, Started};
@@ -102,8 +102,6 @@ const WORKLOAD: &str = "vllm";
 const SCALER: &str = "vllm";
 /// Helm release name of the RBAC (and the ServiceAccount's name).
 const RELEASE: &str = "llmscaler-demo";
-/// Pod annotation read by the delayed pod-ready stage of `e2e/kwok-stages.yaml` (a Go duration).
-const KWOK_READY_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 /// Field manager of what the demo applies.
 const MANAGER: &str = "llmscaler-demo";
 
@@ -160,26 +158,23 @@ async fn run(args: &Args, started: &mut Started) -> anyhow::Result<()> {
     started.rbac = Some(rbac);
 
     let initial = args.initial_replicas.max(1);
-    let mut deployment = deployment_manifest(ns, WORKLOAD, Some(initial));
-    // Model start-up: kwok's pod-ready stage waits this long when the cluster runs the stage set
-    // of e2e/kwok-stages.yaml; kwok's default fast stages ignore it (pods are Ready at once).
-    deployment["spec"]["template"]["metadata"]["annotations"] = json!({
-        KWOK_READY_DELAY: format!("{}ms", (args.startup_trace_seconds / args.speed * 1000.0).round()),
-    });
+    let deployment = session::workload(
+        ns,
+        WORKLOAD,
+        initial,
+        args.startup_trace_seconds,
+        args.speed,
+    );
     apply(&deployment)?;
     session::wait_ready(&client, ns, WORKLOAD, initial).await?;
 
-    let emulator = Emulator::start(
-        client.clone(),
-        Config {
-            requests: requests.clone(),
-            speed: args.speed,
-            namespace: ns.to_string(),
-            selector: format!("app={WORKLOAD}"),
-            service: None,
-            params: args.model.params(),
-            listen: "127.0.0.1:0".parse()?,
-        },
+    let emulator = session::start_emulator(
+        &client,
+        ns,
+        WORKLOAD,
+        requests.clone(),
+        args.speed,
+        args.model.params(),
     )
     .await?;
     let emulator_addr = emulator.addr;

@@ -32,8 +32,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use llmscaler_e2e::emulator::{Config, Emulator, ModelArgs, load_trace};
-use llmscaler_e2e::fixture::{deployment_manifest, install_crd, scaler_resource};
+use llmscaler_e2e::emulator::{Emulator, ModelArgs, load_trace};
+use llmscaler_e2e::fixture::{install_crd, scaler_resource};
 use llmscaler_e2e::operator::{Operator, Rbac};
 use llmscaler_e2e::prometheus::Prometheus;
 use llmscaler_e2e::session::{self, Started};
@@ -185,8 +185,6 @@ struct RunArgs {
 const WORKLOAD: &str = "vllm";
 /// Helm release name of the operator's RBAC.
 const RELEASE: &str = "llmscaler-peers";
-/// Pod annotation read by the delayed pod-ready stage of `e2e/kwok-stages.yaml` (a Go duration).
-const KWOK_READY_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 /// Field manager of what this program applies.
 const MANAGER: &str = "llmscaler-peers";
 
@@ -245,24 +243,23 @@ async fn run(args: &RunArgs, started: &mut Started) -> anyhow::Result<()> {
     started.namespace = Some(ns.to_string());
 
     let initial = common.initial_replicas.max(1);
-    let mut deployment = deployment_manifest(ns, WORKLOAD, Some(initial));
-    deployment["spec"]["template"]["metadata"]["annotations"] = json!({
-        KWOK_READY_DELAY: format!("{}ms", (common.startup_trace_seconds / common.speed * 1000.0).round()),
-    });
+    let deployment = session::workload(
+        ns,
+        WORKLOAD,
+        initial,
+        common.startup_trace_seconds,
+        common.speed,
+    );
     session::apply_as(MANAGER, &deployment)?;
     session::wait_ready(&client, ns, WORKLOAD, initial).await?;
 
-    let emulator = Emulator::start(
-        client.clone(),
-        Config {
-            requests: requests.clone(),
-            speed: common.speed,
-            namespace: ns.to_string(),
-            selector: format!("app={WORKLOAD}"),
-            service: None,
-            params: common.model.params(),
-            listen: "127.0.0.1:0".parse()?,
-        },
+    let emulator = session::start_emulator(
+        &client,
+        ns,
+        WORKLOAD,
+        requests.clone(),
+        common.speed,
+        common.model.params(),
     )
     .await?;
     let emulator_addr = emulator.addr;
