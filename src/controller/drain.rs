@@ -151,8 +151,6 @@ pub async fn carry_out<E>(
             let started_ms = resumed_since(scaler, &out, now_ms);
             tracing::info!(namespace, name, pods = ?out, started_ms, "found pods out of rotation");
             if enabled && remove_now > 0 {
-                let seconds = spec.drain().map_or(0, |d| d.effective_drain_seconds());
-                let left = (i64::from(seconds) * 1000 - (now_ms - started_ms)).max(0);
                 publish(
                     ctx,
                     scaler,
@@ -161,7 +159,7 @@ pub async fn carry_out<E>(
                         "pods {} found out of rotation (a drain left by an earlier leader or process), draining for {} s; lowering at the latest in {} s",
                         out.join(", "),
                         (now_ms - started_ms) / 1000,
-                        (left + 999) / 1000
+                        seconds_left(budget_ms(spec), now_ms - started_ms)
                     ),
                 )
                 .await;
@@ -218,7 +216,7 @@ pub async fn carry_out<E>(
     } else {
         Ok(BTreeMap::new())
     };
-    let drain_ms = i64::from(spec.drain().map_or(0, |d| d.effective_drain_seconds())) * 1000;
+    let drain_ms = budget_ms(spec);
     let readings = in_flight.as_ref().cloned().unwrap_or_default();
     match next(enabled, &live, &readings, remove_now, elapsed_ms, drain_ms) {
         Next::Cancel => {
@@ -273,7 +271,7 @@ pub async fn carry_out<E>(
                 spec.target_ref.name,
                 target.spec_replicas,
                 wanted,
-                ((drain_ms - elapsed_ms).max(0) + 999) / 1000
+                seconds_left(drain_ms, elapsed_ms)
             ))
         }
         Next::Finish { remove, back } => {
@@ -380,6 +378,17 @@ async fn start<E>(
     });
     plan.write = None;
     WriteOutcome::Draining(message)
+}
+
+/// `scaleDown.drain.drainSeconds` in milliseconds (0 without drain).
+fn budget_ms(spec: &LLMScalerSpec) -> i64 {
+    i64::from(spec.drain().map_or(0, |d| d.effective_drain_seconds())) * 1000
+}
+
+/// Whole seconds, rounded up, until a drain of `drain_ms` that has run `elapsed_ms` lowers
+/// `spec.replicas` whatever is in flight (0 once the budget is spent).
+fn seconds_left(drain_ms: i64, elapsed_ms: i64) -> i64 {
+    ((drain_ms - elapsed_ms).max(0) + 999) / 1000
 }
 
 /// When a drain found from pod labels began, in Unix milliseconds: `status.draining.since`
@@ -517,6 +526,10 @@ mod tests {
         assert_eq!(resumed_since(&scaler, &names(&["b"]), now_ms), since_ms);
         // A status about other pods is another drain: the clock starts now.
         assert_eq!(resumed_since(&scaler, &names(&["c"]), now_ms), now_ms);
+        // The Event's "lowering at the latest in" rounds up and stops at 0.
+        assert_eq!(seconds_left(120_000, 42_000), 78);
+        assert_eq!(seconds_left(120_000, 42_500), 78);
+        assert_eq!(seconds_left(120_000, 130_000), 0);
         // A since in the future (a skewed clock) is not trusted.
         assert_eq!(
             resumed_since(&scaler, &names(&["a"]), since_ms - 1),
