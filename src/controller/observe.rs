@@ -67,14 +67,11 @@ pub async fn observe(
     spec: &LLMScalerSpec,
     namespace: &str,
 ) -> Observation {
-    if let Err(violations) = check_spec(spec) {
+    if let Err(violations) = check_spec(spec, &ctx.policy) {
         return Observation::Invalid(violations);
     }
-    let namespace_rules = llmscaler_api::validation::validate_namespace_rules(
-        spec,
-        namespace,
-        llmscaler_api::policy::current(),
-    );
+    let namespace_rules =
+        llmscaler_api::validation::validate_namespace_rules(spec, namespace, &ctx.policy);
     if !namespace_rules.is_empty() {
         return Observation::Invalid(llmscaler_api::ValidationErrors(namespace_rules));
     }
