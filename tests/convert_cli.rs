@@ -251,8 +251,15 @@ fn keda_trigger_authentication_becomes_server_headers_from() {
         &[],
         0,
     );
-    assert!(run.stdout.contains("valuePrefix: 'Bearer '"), "{}", run.stdout);
-    assert!(!run.stdout.contains("QkVBUkVSX1RPS0VO"), "no Secret value copied");
+    assert!(
+        run.stdout.contains("valuePrefix: 'Bearer '"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout.contains("QkVBUkVSX1RPS0VO"),
+        "no Secret value copied"
+    );
     // custom: the header's name lives in the Secret, out of reach of convert: refused with what
     // to pass, then converted with it.
     check(

@@ -55,7 +55,10 @@ fn upgrade_keeps_the_image_tag_of_the_chart() {
             "{command}: --reuse-values keeps the old chart's values"
         );
     }
-    assert!(upgrade.contains("appVersion"), "the page says where the tag comes from");
+    assert!(
+        upgrade.contains("appVersion"),
+        "the page says where the tag comes from"
+    );
 }
 
 #[test]
@@ -86,7 +89,12 @@ fn migrate_shows_argo_cd_ignore_differences_and_flux() {
     );
     let kustomization = docs
         .iter()
-        .find(|d| d["kind"] == "Kustomization" && d["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.toolkit.fluxcd.io/")))
+        .find(|d| {
+            d["kind"] == "Kustomization"
+                && d["apiVersion"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("kustomize.toolkit.fluxcd.io/"))
+        })
         .expect("a Flux Kustomization in docs/migrate.md");
     assert!(!kustomization["spec"]["interval"].is_null());
 }

@@ -313,7 +313,15 @@ async fn probe_and_release_take_kubeconfig_and_context_and_name_an_unresolved_ho
         (None, "first-cluster.invalid"),
         (Some("second"), "second-cluster.invalid"),
     ] {
-        let mut probe = vec!["probe", "--name", "chat", "-n", "llm", "--kubeconfig", kubeconfig];
+        let mut probe = vec![
+            "probe",
+            "--name",
+            "chat",
+            "-n",
+            "llm",
+            "--kubeconfig",
+            kubeconfig,
+        ];
         let mut release = vec![
             "release",
             "--target",

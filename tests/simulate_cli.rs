@@ -545,7 +545,11 @@ fn options_of_the_requests_replay_are_refused_with_metrics() {
         ("--tail-seconds", vec!["--tail-seconds", "10"]),
     ] {
         let out = simulate(&one_metric(1, 5, ""), "t,queue\n0,0.5\n", &args);
-        assert_eq!(out.code, 2, "{flag}: stdout {} stderr {}", out.stdout, out.stderr);
+        assert_eq!(
+            out.code, 2,
+            "{flag}: stdout {} stderr {}",
+            out.stdout, out.stderr
+        );
         assert!(out.stderr.contains(flag), "{flag}: {}", out.stderr);
         assert!(out.stderr.contains("--metrics"), "{flag}: {}", out.stderr);
         assert!(out.stdout.is_empty(), "{flag}: {}", out.stdout);

@@ -82,7 +82,11 @@ fn health(script: &str, object: &Value) -> anyhow::Result<(String, String)> {
     let text = String::from_utf8(out.stdout)?;
     let mut lines = text.splitn(2, '\n');
     let status = lines.next().unwrap_or_default().to_owned();
-    let message = lines.next().unwrap_or_default().trim_end_matches('\n').to_owned();
+    let message = lines
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('\n')
+        .to_owned();
     Ok((status, message))
 }
 
@@ -90,9 +94,8 @@ fn health(script: &str, object: &Value) -> anyhow::Result<(String, String)> {
 #[ignore = "needs lua5.1 from e2e/install-deps"]
 fn the_llmscaler_health_check_passes_its_argo_cd_test_cases() -> anyhow::Result<()> {
     let script = std::fs::read_to_string(dir().join("health.lua"))?;
-    let tests: Value = serde_yaml::from_str(&std::fs::read_to_string(
-        dir().join("health_test.yaml"),
-    )?)?;
+    let tests: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir().join("health_test.yaml"))?)?;
     let cases = tests["tests"]
         .as_sequence()
         .ok_or_else(|| anyhow::anyhow!("health_test.yaml: no tests"))?;
@@ -102,8 +105,16 @@ fn the_llmscaler_health_check_passes_its_argo_cd_test_cases() -> anyhow::Result<
         let object: Value = serde_yaml::from_str(&std::fs::read_to_string(dir().join(input))?)?;
         let (status, message) = health(&script, &object)?;
         println!("{input}: {status}: {message}");
-        assert_eq!(status, case["healthStatus"]["status"].as_str().unwrap_or_default(), "{input}");
-        assert_eq!(message, case["healthStatus"]["message"].as_str().unwrap_or_default(), "{input}");
+        assert_eq!(
+            status,
+            case["healthStatus"]["status"].as_str().unwrap_or_default(),
+            "{input}"
+        );
+        assert_eq!(
+            message,
+            case["healthStatus"]["message"].as_str().unwrap_or_default(),
+            "{input}"
+        );
         statuses.insert(status);
     }
     // Every status Argo CD distinguishes for it is covered.

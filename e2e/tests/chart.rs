@@ -90,7 +90,8 @@ fn the_service_monitor_keeps_the_operators_namespace_label() -> anyhow::Result<(
     assert!(!endpoints.is_empty());
     for endpoint in endpoints {
         assert_eq!(
-            endpoint["honorLabels"], true,
+            endpoint["honorLabels"],
+            true,
             "{}",
             serde_yaml::to_string(endpoint)?
         );
