@@ -66,9 +66,11 @@ const OUT_OF_CLUSTER: [&str; 6] = [
 ];
 
 /// The monitoring add-ons for prometheus-operator (kube-prometheus-stack) and Grafana.
-const MONITORING: [&str; 4] = [
+const MONITORING: [&str; 6] = [
     "--set",
     "metrics.serviceMonitor.enabled=true",
+    "--set",
+    "metrics.prometheusRule.enabled=true",
     "--set",
     "dashboard.enabled=true",
 ];
@@ -96,6 +98,15 @@ fn the_service_monitor_keeps_the_operators_namespace_label() -> anyhow::Result<(
             serde_yaml::to_string(endpoint)?
         );
     }
+    // The PrometheusRule carries the tested rule file as it is (tests/alerts.rs).
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .ok_or_else(|| anyhow::anyhow!("no PrometheusRule rendered"))?;
+    let file: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        repo().join("charts/llmscaler/alerts/llmscaler.rules.yaml"),
+    )?)?;
+    assert_eq!(rule["spec"], file);
     Ok(())
 }
 

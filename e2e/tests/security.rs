@@ -448,6 +448,20 @@ async fn guarded_decision_server(
     Ok(format!("http://{addr}"))
 }
 
+/// `llmscaler probe --name chat -n NAMESPACE` as the test's (admin) user: exit code and output.
+fn probe_name(namespace: &str) -> anyhow::Result<(i32, String)> {
+    let output = std::process::Command::new(llmscaler_e2e::operator::binary())
+        .args(["probe", "--name", "chat", "-n", namespace])
+        .output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("--- probe --name chat\n{text}");
+    Ok((output.status.code().unwrap_or(-1), text))
+}
+
 fn secret(namespace: &str, token: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "decision-token", "namespace": namespace},
@@ -519,6 +533,51 @@ async fn header_values_come_from_a_secret_and_follow_its_rotation() -> anyhow::R
         .wait_condition("chat", "ScalingActive", "True", "", minute)
         .await?;
     println!("after rotation: {active}");
+    // `probe --name` sends the headers the operator sends: the value from the Secret (issue 28;
+    // before, it sent none and the server's 401 made it report a hold while the operator
+    // scaled).
+    let probe = probe_name(&namespace)?;
+    ensure!(probe.0 == 0, "probe --name: exit {}: {}", probe.0, probe.1);
+    ensure!(!probe.1.contains("401"), "{}", probe.1);
+
+    // A Secret holding the bare token, as a KEDA TriggerAuthentication's does, with
+    // `valuePrefix: "Bearer "` (what `llmscaler convert` writes for authModes bearer).
+    *token
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = "third-t0ken".to_string();
+    world
+        .wait_condition("chat", "ScalingActive", "False", "HTTP 401", minute)
+        .await?;
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(&secret(&namespace, "third-t0ken").to_string()),
+    )?
+    .map_err(|e| anyhow::anyhow!("bare token: {e}"))?;
+    kubectl(
+        &[
+            "patch",
+            "llmscaler",
+            "chat",
+            "-n",
+            &namespace,
+            "--type=json",
+            "-p",
+            r#"[{"op": "add", "path": "/spec/serverHeadersFrom/0/valuePrefix", "value": "Bearer "}]"#,
+        ],
+        None,
+    )?
+    .map_err(|e| anyhow::anyhow!("valuePrefix: {e}"))?;
+    let prefixed = world
+        .wait_condition("chat", "ScalingActive", "True", "", minute)
+        .await?;
+    println!("bare token with valuePrefix: {prefixed}");
+    let probe = probe_name(&namespace)?;
+    ensure!(
+        probe.0 == 0,
+        "probe --name with valuePrefix: exit {}: {}",
+        probe.0,
+        probe.1
+    );
     // The token never shows in the scaler, its Events or the operator's log.
     let scaler = world.scaler("chat").await?.to_string();
     let events = kubectl(
