@@ -167,7 +167,14 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "Secret",
             "Service",
             "ServiceAccount",
+            // pods, deployments, statefulsets, leaderworkersets (docs/security.md#rbac)
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
@@ -213,7 +220,14 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "RoleBinding",
             "Secret",
             "ServiceAccount",
+            // pods, deployments, statefulsets, leaderworkersets (docs/security.md#rbac)
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
