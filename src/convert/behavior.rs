@@ -156,6 +156,50 @@ fn scale_down_step(
         return 0; // the HPA's default: 100 % per 15 s, i.e. unlimited.
     };
     let select = down["selectPolicy"].as_str();
+    let (caps, dropped) = policy_caps(items, path, sync_period_seconds, findings);
+    // Leaving a policy out narrows the limit only under `Max` with another cap left (the most
+    // permissive of the others applies); otherwise it would widen it.
+    let narrows = matches!(select, None | Some("Max")) && !caps.is_empty();
+    for (p, why) in dropped {
+        if narrows {
+            findings.refuse(p, why);
+        } else {
+            findings.refuse_unsafe(p, why);
+        }
+    }
+    let steps = || {
+        caps.iter().filter_map(|c| match c {
+            Cap::Step(n) => Some(*n),
+            Cap::Unlimited => None,
+        })
+    };
+    match select {
+        None | Some("Max") => {
+            if caps.iter().any(|c| matches!(c, Cap::Unlimited)) {
+                0
+            } else {
+                steps().max().unwrap_or(0)
+            }
+        }
+        Some("Min") => steps().min().unwrap_or(0),
+        Some(other) => {
+            findings.refuse_unsafe(
+                format!("{path}.selectPolicy"),
+                format!("{other:?} has no equivalent: llmscaler always scales down"),
+            );
+            0
+        }
+    }
+}
+
+/// The per-sync caps of scale-down `policies` (at `path`) and the policies with no per-sync
+/// equivalent, as `(path, why)`.
+fn policy_caps(
+    items: &[Value],
+    path: &str,
+    sync_period_seconds: i32,
+    findings: &mut Findings,
+) -> (Vec<Cap>, Vec<(String, String)>) {
     let mut caps = Vec::new();
     // Policies with no per-sync equivalent: (path, why).
     let mut dropped: Vec<(String, String)> = Vec::new();
@@ -208,39 +252,7 @@ fn scale_down_step(
             ),
         }
     }
-    // Leaving a policy out narrows the limit only under `Max` with another cap left (the most
-    // permissive of the others applies); otherwise it would widen it.
-    let narrows = matches!(select, None | Some("Max")) && !caps.is_empty();
-    for (p, why) in dropped {
-        if narrows {
-            findings.refuse(p, why);
-        } else {
-            findings.refuse_unsafe(p, why);
-        }
-    }
-    let steps = || {
-        caps.iter().filter_map(|c| match c {
-            Cap::Step(n) => Some(*n),
-            Cap::Unlimited => None,
-        })
-    };
-    match select {
-        None | Some("Max") => {
-            if caps.iter().any(|c| matches!(c, Cap::Unlimited)) {
-                0
-            } else {
-                steps().max().unwrap_or(0)
-            }
-        }
-        Some("Min") => steps().min().unwrap_or(0),
-        Some(other) => {
-            findings.refuse_unsafe(
-                format!("{path}.selectPolicy"),
-                format!("{other:?} has no equivalent: llmscaler always scales down"),
-            );
-            0
-        }
-    }
+    (caps, dropped)
 }
 
 /// Sync points that can fall within one `period` (seconds) at one sync every `sync` seconds.

@@ -69,64 +69,9 @@ pub fn headers_from(
     let mut headers = Vec::new();
     let mut used = Vec::new();
     for mode in &modes {
-        match mode.as_str() {
-            "bearer" => match params.get("bearerToken") {
-                Some(key) => {
-                    used.push("bearerToken");
-                    headers.push(entry("Authorization", key, Some("Bearer ")));
-                }
-                None => findings.refuse(
-                    &modes_path,
-                    "\"bearer\" needs the parameter bearerToken in the TriggerAuthentication's secretTargetRef",
-                ),
-            },
-            "custom" => {
-                used.extend(["customAuthHeader", "customAuthValue"]);
-                match (params.get("customAuthValue"), context.custom_header) {
-                    (Some(value), Some(header)) => headers.push(entry(header, value, None)),
-                    (None, _) => findings.refuse(
-                        &modes_path,
-                        "\"custom\" needs the parameter customAuthValue in the TriggerAuthentication's secretTargetRef",
-                    ),
-                    (Some(_), None) => findings.refuse(
-                        &modes_path,
-                        format!(
-                            "\"custom\": the header's name (customAuthHeader) is in {}, which \
-                             convert does not read: pass --custom-auth-header NAME",
-                            params
-                                .get("customAuthHeader")
-                                .map_or_else(|| "no secretTargetRef".to_owned(), shown)
-                        ),
-                    ),
-                }
-            }
-            "basic" => {
-                used.extend(["username", "password"]);
-                findings.refuse(
-                    &modes_path,
-                    format!(
-                        "\"basic\" has no equivalent: KEDA sends `Basic base64(username:password)` \
-                         built from two keys{}; add one key holding that base64 text to the \
-                         Secret and reference it in spec.serverHeadersFrom (name Authorization, \
-                         valuePrefix \"Basic \")",
-                        params
-                            .get("username")
-                            .map(|k| format!(" ({})", shown(k)))
-                            .unwrap_or_default()
-                    ),
-                );
-            }
-            "tls" => {
-                used.extend(["cert", "key", "ca"]);
-                findings.refuse(
-                    &modes_path,
-                    "\"tls\" has no equivalent: llmscaler presents no client certificate",
-                );
-            }
-            other => findings.refuse(
-                &modes_path,
-                format!("{other:?} has no equivalent (bearer and custom convert)"),
-            ),
+        if let Some(header) = mode_header(mode, &params, context, &modes_path, &mut used, findings)
+        {
+            headers.push(header);
         }
     }
     for (param, key) in &params {
@@ -141,6 +86,78 @@ pub fn headers_from(
         }
     }
     headers
+}
+
+/// The header of one `authModes` entry, or `None` (refused, naming what to do). `used` collects
+/// the parameters the mode reads.
+fn mode_header(
+    mode: &str,
+    params: &BTreeMap<String, SecretKeyRef>,
+    context: &AuthContext<'_>,
+    modes_path: &str,
+    used: &mut Vec<&'static str>,
+    findings: &mut Findings,
+) -> Option<HeaderFromSecret> {
+    match mode {
+        "bearer" => match params.get("bearerToken") {
+            Some(key) => {
+                used.push("bearerToken");
+                return Some(entry("Authorization", key, Some("Bearer ")));
+            }
+            None => findings.refuse(
+                modes_path,
+                "\"bearer\" needs the parameter bearerToken in the TriggerAuthentication's secretTargetRef",
+            ),
+        },
+        "custom" => {
+            used.extend(["customAuthHeader", "customAuthValue"]);
+            match (params.get("customAuthValue"), context.custom_header) {
+                (Some(value), Some(header)) => return Some(entry(header, value, None)),
+                (None, _) => findings.refuse(
+                    modes_path,
+                    "\"custom\" needs the parameter customAuthValue in the TriggerAuthentication's secretTargetRef",
+                ),
+                (Some(_), None) => findings.refuse(
+                    modes_path,
+                    format!(
+                        "\"custom\": the header's name (customAuthHeader) is in {}, which \
+                         convert does not read: pass --custom-auth-header NAME",
+                        params
+                            .get("customAuthHeader")
+                            .map_or_else(|| "no secretTargetRef".to_owned(), shown)
+                    ),
+                ),
+            }
+        }
+        "basic" => {
+            used.extend(["username", "password"]);
+            findings.refuse(
+                modes_path,
+                format!(
+                    "\"basic\" has no equivalent: KEDA sends `Basic base64(username:password)` \
+                     built from two keys{}; add one key holding that base64 text to the \
+                     Secret and reference it in spec.serverHeadersFrom (name Authorization, \
+                     valuePrefix \"Basic \")",
+                    params
+                        .get("username")
+                        .map(|k| format!(" ({})", shown(k)))
+                        .unwrap_or_default()
+                ),
+            );
+        }
+        "tls" => {
+            used.extend(["cert", "key", "ca"]);
+            findings.refuse(
+                modes_path,
+                "\"tls\" has no equivalent: llmscaler presents no client certificate",
+            );
+        }
+        other => findings.refuse(
+            modes_path,
+            format!("{other:?} has no equivalent (bearer and custom convert)"),
+        ),
+    }
+    None
 }
 
 fn entry(header: &str, key: &SecretKeyRef, prefix: Option<&str>) -> HeaderFromSecret {
