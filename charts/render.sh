@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Renders the chart in its two modes into charts/rendered/ (checked in; e2e/tests/chart.rs fails
+# Renders the chart in its two modes, and with the monitoring add-ons, into charts/rendered/ (checked in; e2e/tests/chart.rs fails
 # when they drift). Usage: charts/render.sh [HELM]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -8,3 +8,6 @@ helm="${1:-${LLMSCALER_HELM:-helm}}"
 "$helm" template llmscaler ./llmscaler --namespace llmscaler-system \
   --set outOfCluster.enabled=true --set outOfCluster.url=https://127.0.0.1:9443 \
   --set webhook.failurePolicy=Ignore > rendered/out-of-cluster.yaml
+"$helm" template llmscaler ./llmscaler --namespace llmscaler-system \
+  --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true \
+  --set dashboard.enabled=true > rendered/monitoring.yaml

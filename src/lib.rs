@@ -19,6 +19,7 @@
 pub mod controller;
 pub mod convert;
 pub mod engine;
+pub mod kubeclient;
 mod lease;
 pub mod metrics;
 pub mod probe;

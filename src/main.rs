@@ -79,34 +79,34 @@ struct SimulateArgs {
     #[arg(long, default_value = "1970-01-01T00:00:00Z")]
     start_time: k8s_openapi::jiff::Timestamp,
     /// `--requests`: arrival-rate factor (seeded duplicate/thin, as in the emulator).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, conflicts_with = "metrics")]
     scale: f64,
     /// `--requests`: seed of `--scale`.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "metrics")]
     seed: u64,
     /// `--requests`: the TTFT objective, seconds.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, conflicts_with = "metrics")]
     slo_ttft_seconds: f64,
     /// `--requests`: Prometheus scrape interval, seconds.
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 15.0, conflicts_with = "metrics")]
     scrape_interval_seconds: f64,
     /// `--requests`: comparators run on the same load: any of hpa,keda,ideal,static.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", conflicts_with = "metrics")]
     compare: String,
     /// `--requests`: `hpa` and `keda` run on this scaler's metrics instead of `--scaler`'s
     /// (e.g. a metric-only configuration tuned for the HPA, when `--scaler` relies on what the
     /// HPA has no equivalent of, such as `spec.capacity`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "metrics")]
     comparators_scaler: Option<PathBuf>,
     /// `--requests`: write the report JSON here.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "metrics")]
     report: Option<PathBuf>,
     /// `--requests`: seconds the run goes on after the last arrival.
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, conflicts_with = "metrics")]
     tail_seconds: f64,
     /// `--requests`: seconds a deleted pod keeps serving what it holds before the rest is
     /// dropped (0: killed at once, as vLLM's default `--shutdown-timeout=0` does on SIGTERM).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, conflicts_with = "metrics")]
     termination_grace_seconds: f64,
 }
 

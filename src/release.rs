@@ -49,6 +49,9 @@ pub struct ReleaseArgs {
     /// Release even though an active LLMScaler still targets the workload.
     #[arg(long)]
     pub force: bool,
+    /// The kubeconfig and context to use.
+    #[command(flatten)]
+    pub kube: crate::kubeclient::KubeArgs,
 }
 
 /// Why the release did not complete.
@@ -59,9 +62,9 @@ pub enum ReleaseError {
         "--target {0:?}: expected deployment/NAME, statefulset/NAME, leaderworkerset/NAME or KIND.VERSION.GROUP/NAME"
     )]
     Target(String),
-    /// No Kubernetes credentials.
-    #[error("cannot build a Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    /// No Kubernetes client: no credentials, or the API server does not answer.
+    #[error(transparent)]
+    Client(#[from] crate::kubeclient::ClientError),
     /// An active LLMScaler still scales the workload.
     #[error(
         "LLMScaler {namespace}/{scaler} still scales {kind} {name}: delete it, pause it \
@@ -342,9 +345,7 @@ pub fn run(args: &ReleaseArgs) -> ExitCode {
         Err(err) => return fail(EXIT_FAILURE, &format!("cannot start the runtime: {err}")),
     };
     let result = runtime.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(ReleaseError::Client)?;
+        let client = args.kube.client().await?;
         release(&client, &target, &args.namespace, args.force).await
     });
     match result {

@@ -186,7 +186,8 @@ fn spawn_webhook(
     let (namespace, webhook_args) = (args.namespace.clone(), args.webhook.clone());
     let listen = args.webhook.webhook_listen;
     tokio::spawn(async move {
-        let serving = llmscaler_webhooks::managed::run(
+        let expiry = telemetry.clone();
+        let serving = llmscaler_webhooks::managed::run_observed(
             client,
             &namespace,
             &webhook_args,
@@ -194,6 +195,7 @@ fn spawn_webhook(
             async move {
                 let _ = stop.wait_for(|stop| *stop).await;
             },
+            move |unix_seconds| expiry.set_webhook_certificate_expiry(unix_seconds),
         );
         tokio::pin!(serving);
         let result = tokio::select! {
@@ -276,6 +278,7 @@ impl Operator {
 
     /// Without leader election: one controller until shutdown.
     async fn run_single(&self, shutdown: &Shutdown) -> Result<(), RunError> {
+        self.telemetry.set_leader(true);
         let (stop, mut task) = self.spawn_controller(Leadership::always());
         let end = tokio::select! {
             () = shutdown.requested() => TermEnd::Shutdown,
@@ -309,6 +312,7 @@ impl Operator {
             }
             tracing::info!(identity = %self.identity, "acquired the lease: controller starts");
             let leadership = Leadership::term(leader.clone());
+            self.telemetry.set_leader(true);
             let (stop, mut task) = self.spawn_controller(leadership.clone());
             let end = tokio::select! {
                 changed = leader.wait_for(|is_leader| !*is_leader) => {
@@ -329,7 +333,13 @@ impl Operator {
             if matches!(end, TermEnd::LostLease) {
                 tracing::warn!(identity = %self.identity, "lost the lease: controller stopped");
             }
-            match self.finish_term(end, task).await {
+            let finished = self.finish_term(end, task).await;
+            // The next leader exports the scalers' series; stale ones from here would double
+            // them in sums and keep alerts firing on values nobody updates.
+            self.telemetry.set_leader(false);
+            let removed = self.telemetry.forget_all();
+            tracing::debug!(removed, "per-scaler series cleared at the end of the term");
+            match finished {
                 Ok(()) if !shutdown.is_requested() => {}
                 other => break other,
             }

@@ -50,6 +50,27 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// Labels of the per-condition series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    /// The LLMScaler's namespace.
+    pub namespace: String,
+    /// The LLMScaler's name.
+    pub name: String,
+    /// The condition type (`Ready`, `ScalingActive`, `AbleToScale`, `ScalingLimited`,
+    /// `ReplicasContested`).
+    pub r#type: String,
+    /// The condition's reason (docs/conditions.md).
+    pub reason: String,
+}
+
+/// Labels of the build information.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The operator's version (`Cargo.toml`, the chart's `appVersion`).
+    pub version: String,
+}
+
 /// Labels of API writes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
@@ -142,6 +163,36 @@ pub const EXPORTED: &[Exported] = &[
         kind: MetricKind::Counter,
     },
     Exported {
+        name: "condition",
+        help: "Each condition of a scaler: 1 when True, 0 when False, labelled with its reason",
+        labels: "namespace, name, type, reason",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "held_syncs",
+        help: "Consecutive syncs that held the fleet (nothing measurable), 0 once one measures",
+        labels: "namespace, name",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "leader",
+        help: "1 while this process holds the leader Lease (it alone syncs and writes), else 0",
+        labels: "",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "build_info",
+        help: "Always 1, labelled with the operator's version",
+        labels: "version",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
+        name: "webhook_certificate_expiry_timestamp_seconds",
+        help: "Expiry of the webhook serving certificate this process serves, Unix seconds",
+        labels: "",
+        kind: MetricKind::Gauge,
+    },
+    Exported {
         name: "reconcile_duration_seconds",
         help: "Duration of one reconcile, seconds",
         labels: "",
@@ -172,6 +223,16 @@ pub struct Metrics {
     pub metric_errors: Family<ErrorLabels, Counter>,
     /// API writes by kind.
     pub writes: Family<WriteLabels, Counter>,
+    /// Each condition: 1 True, 0 False, labelled with its reason.
+    pub condition: Family<ConditionLabels, Gauge>,
+    /// Consecutive held syncs per scaler.
+    pub held_syncs: Family<ScalerLabels, Gauge>,
+    /// 1 while leader.
+    pub leader: Gauge,
+    /// 1, labelled with the version.
+    pub build_info: Family<BuildLabels, Gauge>,
+    /// Expiry of the served webhook certificate, Unix seconds (absent until one is served).
+    pub webhook_certificate_expiry: Gauge,
     /// Reconcile duration, seconds.
     pub reconcile_duration: Histogram,
     /// Delay from a scaler's due sync time to its evaluation, seconds (one series for every
@@ -189,6 +250,8 @@ struct CreatedSeries {
     metrics: BTreeSet<String>,
     errors: BTreeSet<(String, String)>,
     writes: BTreeSet<String>,
+    /// Condition type → the reason its series carries now.
+    conditions: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Metrics {
@@ -208,6 +271,16 @@ impl Metrics {
         let metric_target = Family::default();
         let metric_errors = Family::default();
         let writes = Family::default();
+        let condition = Family::default();
+        let held_syncs = Family::default();
+        let leader = Gauge::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        let webhook_certificate_expiry = Gauge::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
         let evaluation_lag = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let help = |name: &str| {
@@ -243,6 +316,15 @@ impl Metrics {
             metric_errors.clone(),
         );
         registry.register("writes", help("writes"), writes.clone());
+        registry.register("condition", help("condition"), condition.clone());
+        registry.register("held_syncs", help("held_syncs"), held_syncs.clone());
+        registry.register("leader", help("leader"), leader.clone());
+        registry.register("build_info", help("build_info"), build_info.clone());
+        registry.register(
+            "webhook_certificate_expiry_timestamp_seconds",
+            help("webhook_certificate_expiry_timestamp_seconds"),
+            webhook_certificate_expiry.clone(),
+        );
         registry.register(
             "reconcile_duration_seconds",
             help("reconcile_duration_seconds"),
@@ -262,6 +344,11 @@ impl Metrics {
             metric_target,
             metric_errors,
             writes,
+            condition,
+            held_syncs,
+            leader,
+            build_info,
+            webhook_certificate_expiry,
             reconcile_duration,
             evaluation_lag,
             created: Mutex::new(HashMap::new()),
@@ -379,6 +466,73 @@ impl Metrics {
         }
     }
 
+    /// Sets the condition series of a scaler from its status conditions (`(type, status,
+    /// reason)` each), replacing a type's series when its reason changed, and counts a held sync
+    /// (`ScalingActive` `False` with `MetricsUnavailable`) in `held_syncs` (reset by any other).
+    pub fn set_conditions<'a>(
+        &self,
+        namespace: &str,
+        name: &str,
+        conditions: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) {
+        let labels = |type_: &str, reason: &str| ConditionLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            r#type: type_.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let mut held = false;
+        for (type_, status, reason) in conditions {
+            held |= type_ == "ScalingActive" && status == "False" && reason == "MetricsUnavailable";
+            let mut previous = None;
+            self.note(namespace, name, |c| {
+                previous = c.conditions.insert(type_.to_owned(), reason.to_owned());
+            });
+            if let Some(old) = previous.filter(|old| old != reason) {
+                self.condition.remove(&labels(type_, &old));
+            }
+            self.condition
+                .get_or_create(&labels(type_, reason))
+                .set(i64::from(status == "True"));
+        }
+        let scaler = ScalerLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        let gauge = self.held_syncs.get_or_create(&scaler);
+        if held {
+            gauge.inc();
+        } else {
+            gauge.set(0);
+        }
+    }
+
+    /// Marks this process leader (1) or not (0).
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// Sets the expiry of the webhook certificate this process serves, Unix seconds.
+    pub fn set_webhook_certificate_expiry(&self, unix_seconds: i64) {
+        self.webhook_certificate_expiry.set(unix_seconds);
+    }
+
+    /// Removes the series of every scaler (leadership lost: another process syncs them now, and
+    /// stale values from here would double or contradict its). Returns how many were removed.
+    pub fn forget_all(&self) -> usize {
+        let scalers: Vec<(String, String)> = self
+            .created
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        scalers
+            .iter()
+            .map(|(namespace, name)| self.forget(namespace, name))
+            .sum()
+    }
+
     /// Removes every series of a deleted scaler. Returns how many were removed.
     pub fn forget(&self, namespace: &str, name: &str) -> usize {
         let Some(created) = self
@@ -395,7 +549,16 @@ impl Metrics {
         };
         let mut removed = usize::from(self.current_replicas.remove(&scaler))
             + usize::from(self.desired_replicas.remove(&scaler))
-            + usize::from(self.recommended_replicas.remove(&scaler));
+            + usize::from(self.recommended_replicas.remove(&scaler))
+            + usize::from(self.held_syncs.remove(&scaler));
+        for (type_, reason) in created.conditions {
+            removed += usize::from(self.condition.remove(&ConditionLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                r#type: type_,
+                reason,
+            }));
+        }
         for metric in created.metrics {
             let labels = MetricLabels {
                 namespace: namespace.to_owned(),
@@ -499,6 +662,70 @@ mod tests {
     }
 
     #[test]
+    fn a_demoted_leader_exports_no_scaler_series() {
+        let metrics = Metrics::new();
+        metrics.set_leader(true);
+        metrics.set_replicas("ns", "a", 2, 3, Some(4));
+        metrics.set_conditions("ns", "a", [("Ready", "True", "AsExpected")]);
+        metrics.set_replicas("ns2", "b", 1, 1, None);
+        metrics.count_write("ns2", "b", "replicas");
+        assert!(metrics.forget_all() >= 6);
+        metrics.set_leader(false);
+        let text = metrics.encode().expect("encodes");
+        assert!(!text.contains("name=\"a\""), "{text}");
+        assert!(!text.contains("name=\"b\""), "{text}");
+        assert!(text.contains("llmscaler_leader 0"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "llmscaler_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn conditions_carry_their_reason_and_held_syncs_count_in_a_row() {
+        let metrics = Metrics::new();
+        let held = [
+            ("Ready", "False", "MetricsUnavailable"),
+            ("ScalingActive", "False", "MetricsUnavailable"),
+        ];
+        metrics.set_conditions("ns", "a", held);
+        metrics.set_conditions("ns", "a", held);
+        let text = metrics.encode().expect("encodes");
+        assert!(
+            text.contains("llmscaler_condition{namespace=\"ns\",name=\"a\",type=\"Ready\",reason=\"MetricsUnavailable\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("llmscaler_held_syncs{namespace=\"ns\",name=\"a\"} 2"),
+            "{text}"
+        );
+        metrics.set_conditions(
+            "ns",
+            "a",
+            [
+                ("Ready", "True", "AsExpected"),
+                ("ScalingActive", "True", "ValidMetrics"),
+            ],
+        );
+        let text = metrics.encode().expect("encodes");
+        assert!(
+            !text.contains("MetricsUnavailable"),
+            "the old reason's series left: {text}"
+        );
+        assert!(
+            text.contains("llmscaler_condition{namespace=\"ns\",name=\"a\",type=\"Ready\",reason=\"AsExpected\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("llmscaler_held_syncs{namespace=\"ns\",name=\"a\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn every_registered_series_is_in_the_exported_list() {
         let metrics = Metrics::new();
         metrics.set_replicas("ns", "a", 1, 1, Some(1));
@@ -506,6 +733,7 @@ mod tests {
         metrics.set_metric_target("ns", "a", "m", 2.0);
         metrics.count_metric_error("ns", "a", "m", "no_data");
         metrics.count_write("ns", "a", "status");
+        metrics.set_conditions("ns", "a", [("Ready", "True", "AsExpected")]);
         let text = metrics.encode().expect("encodes");
         for line in text.lines().filter(|l| l.starts_with("# HELP ")) {
             let name = line["# HELP llmscaler_".len()..]

@@ -243,3 +243,74 @@ fn keda_cron_trigger_becomes_a_schedule_floor() {
         0,
     );
 }
+
+#[test]
+fn keda_trigger_authentication_becomes_server_headers_from() {
+    // bearer: the Secret KEDA reads, reused as is, with the `Bearer ` prefix added.
+    let run = check(
+        "keda-trigger-auth-bearer",
+        "keda-trigger-auth-bearer.yaml",
+        &[],
+        0,
+    );
+    assert!(
+        run.stdout.contains("valuePrefix: 'Bearer '"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout.contains("QkVBUkVSX1RPS0VO"),
+        "no Secret value copied"
+    );
+    // custom: the header's name lives in the Secret, out of reach of convert: refused with what
+    // to pass, then converted with it.
+    check(
+        "keda-trigger-auth-custom",
+        "keda-trigger-auth-custom.yaml",
+        &[],
+        2,
+    );
+    check(
+        "keda-trigger-auth-custom-named",
+        "keda-trigger-auth-custom.yaml",
+        &["--custom-auth-header", "X-Api-Key"],
+        0,
+    );
+    check(
+        "keda-trigger-auth-basic",
+        "keda-trigger-auth-basic.yaml",
+        &[],
+        2,
+    );
+}
+
+#[test]
+fn lenient_keeps_gitops_metadata_and_never_widens_a_scale_down_rate() {
+    // 2 pods per 30 s at a 15 s sync: strict refuses, lenient approximates 1 per sync (never
+    // more than the source allows) and keeps the Argo CD / Flux annotations and labels.
+    check(
+        "keda-gitops-scale-down-rate",
+        "keda-gitops-scale-down-rate.yaml",
+        &[],
+        2,
+    );
+    let run = check(
+        "keda-gitops-scale-down-rate-lenient",
+        "keda-gitops-scale-down-rate.yaml",
+        &["--lenient"],
+        0,
+    );
+    assert!(run.stdout.contains("maxStepReplicas: 1"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("argocd.argoproj.io/sync-wave: '2'"),
+        "{}",
+        run.stdout
+    );
+    // 1 pod per 60 s has no per-sync form that is not wider: refused even under --lenient.
+    check(
+        "keda-slow-scale-down-lenient",
+        "keda-slow-scale-down.yaml",
+        &["--lenient"],
+        2,
+    );
+}

@@ -274,3 +274,104 @@ async fn probe_refuses_an_invalid_spec_with_field_paths() {
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("serverAddress"), "{}", run.stderr);
 }
+
+/// A kubeconfig with two contexts, `first` and `second`, whose API servers are names that never
+/// resolve (RFC 2606 `.invalid`); `first` is the current context.
+fn two_context_kubeconfig(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = "apiVersion: v1\nkind: Config\ncurrent-context: first\nclusters:\n\
+        - name: first\n  cluster: {server: 'https://first-cluster.invalid:6443'}\n\
+        - name: second\n  cluster: {server: 'https://second-cluster.invalid:6443'}\n\
+        users:\n- name: u\n  user: {token: not-a-real-token}\ncontexts:\n\
+        - name: first\n  context: {cluster: first, user: u}\n\
+        - name: second\n  context: {cluster: second, user: u}\n";
+    std::fs::write(&path, text).expect("write kubeconfig");
+    path
+}
+
+async fn llmscaler(args: &[&str]) -> Run {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmscaler"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("run llmscaler");
+    let run = Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    eprintln!("{args:?} -> {:?}\n{}{}", run.code, run.stdout, run.stderr);
+    run
+}
+
+#[tokio::test]
+async fn probe_and_release_take_kubeconfig_and_context_and_name_an_unresolved_host() {
+    init();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = two_context_kubeconfig(dir.path());
+    let kubeconfig = kubeconfig.to_str().expect("utf-8 path");
+    for (context, host) in [
+        (None, "first-cluster.invalid"),
+        (Some("second"), "second-cluster.invalid"),
+    ] {
+        let mut probe = vec![
+            "probe",
+            "--name",
+            "chat",
+            "-n",
+            "llm",
+            "--kubeconfig",
+            kubeconfig,
+        ];
+        let mut release = vec![
+            "release",
+            "--target",
+            "deployment/vllm",
+            "-n",
+            "llm",
+            "--kubeconfig",
+            kubeconfig,
+        ];
+        if let Some(context) = context {
+            probe.extend(["--context", context]);
+            release.extend(["--context", context]);
+        }
+        for args in [probe, release] {
+            let run = llmscaler(&args).await;
+            assert_eq!(run.code, Some(1), "{args:?}: {}", run.stderr);
+            assert!(
+                run.stderr.contains(host) && run.stderr.contains("cannot resolve"),
+                "{args:?}: the message names the host and the cause: {}",
+                run.stderr
+            );
+        }
+    }
+    let run = llmscaler(&[
+        "probe",
+        "--name",
+        "chat",
+        "--kubeconfig",
+        kubeconfig,
+        "--context",
+        "third",
+    ])
+    .await;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("third"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn an_unresolved_metric_server_is_named_with_the_cause() {
+    init();
+    let metrics = "  - query: avg(x)\n    target: \"1\"\n";
+    let manifest = prometheus_manifest("http://no-such-prometheus.invalid:9090", metrics);
+    let run = probe(&manifest, &[]).await;
+    assert_eq!(run.code, Some(3), "{}", run.stderr);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        all.contains("cannot resolve host `no-such-prometheus.invalid`"),
+        "{all}"
+    );
+    assert!(!all.contains("uncategorized"), "{all}");
+}

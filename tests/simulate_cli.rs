@@ -531,3 +531,30 @@ fn row_window_never_holds_above_max() {
          15,5,5,5,none,Steady,4\n"
     );
 }
+
+#[test]
+fn options_of_the_requests_replay_are_refused_with_metrics() {
+    // A command never ignores a flag: `--compare`, `--report` and the other `--requests`
+    // options do nothing in the `--metrics` replay, so they are refused (exit 2) by name.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = dir.path().join("report.json");
+    let report = report.to_str().expect("utf-8 path");
+    for (flag, args) in [
+        ("--compare", vec!["--compare", "hpa,keda"]),
+        ("--report", vec!["--report", report]),
+        ("--scale", vec!["--scale", "2"]),
+        ("--slo-ttft-seconds", vec!["--slo-ttft-seconds", "1"]),
+        ("--tail-seconds", vec!["--tail-seconds", "10"]),
+    ] {
+        let out = simulate(&one_metric(1, 5, ""), "t,queue\n0,0.5\n", &args);
+        assert_eq!(
+            out.code, 2,
+            "{flag}: stdout {} stderr {}",
+            out.stdout, out.stderr
+        );
+        assert!(out.stderr.contains(flag), "{flag}: {}", out.stderr);
+        assert!(out.stderr.contains("--metrics"), "{flag}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{flag}: {}", out.stdout);
+    }
+    assert!(!Path::new(report).exists(), "no report written");
+}

@@ -247,6 +247,14 @@ pub struct HeaderFromSecret {
     pub name: String,
     /// The Secret key holding the value, in the LLMScaler's namespace.
     pub secret_key_ref: SecretKeyRef,
+    /// Text sent before the Secret's value, e.g. `Bearer ` (with its space) when the Secret holds
+    /// the bare token, as a KEDA TriggerAuthentication's does. At most 64 visible ASCII
+    /// characters and spaces. Unset: the value alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[ -~]*$')")
+        .message("valuePrefix must be visible ASCII characters and spaces"))]
+    pub value_prefix: Option<String>,
 }
 
 /// A key of a Secret in the LLMScaler's own namespace.

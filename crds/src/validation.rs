@@ -414,6 +414,14 @@ fn validate_headers_from(
                 ),
             ));
         }
+        if let Some(prefix) = &entry.value_prefix
+            && (prefix.len() > 64 || !prefix.bytes().all(|b| (b' '..=b'~').contains(&b)))
+        {
+            errors.push(FieldError::new(
+                format!("{path}.valuePrefix"),
+                "must be at most 64 visible ASCII characters and spaces (e.g. \"Bearer \")",
+            ));
+        }
         for (field, value) in [
             ("name", &entry.secret_key_ref.name),
             ("key", &entry.secret_key_ref.key),
@@ -917,8 +925,18 @@ mod tests {
                 name: secret.to_owned(),
                 key: "token".to_owned(),
             },
+            value_prefix: None,
         };
         let mut spec = valid();
+        spec.server_headers_from = Some(vec![entry("Authorization", "tok")]);
+        // A prefix for a Secret holding the bare token (KEDA's bearerToken): visible ASCII only.
+        let mut prefixed = entry("Authorization", "tok");
+        prefixed.value_prefix = Some("Bearer ".to_owned());
+        spec.server_headers_from = Some(vec![prefixed.clone()]);
+        assert!(paths(&spec).is_empty(), "{:?}", paths(&spec));
+        prefixed.value_prefix = Some("Bearer\r\n".to_owned());
+        spec.server_headers_from = Some(vec![prefixed]);
+        assert_eq!(paths(&spec), ["spec.serverHeadersFrom[0].valuePrefix"]);
         spec.server_headers_from = Some(vec![entry("Authorization", "tok")]);
         assert!(paths(&spec).is_empty(), "{:?}", paths(&spec));
         spec.server_headers = Some([("authorization".to_owned(), "x".to_owned())].into());

@@ -77,7 +77,8 @@ pub struct Rbac {
 }
 
 impl Rbac {
-    /// Renders `templates/serviceaccount.yaml` and `templates/rbac.yaml` of the chart with
+    /// Renders `templates/serviceaccount.yaml`, `templates/rbac.yaml` and
+    /// `templates/targets-policy.yaml` of the chart with
     /// `helm template`, applies them, requests a one-hour token for the ServiceAccount and writes
     /// a kubeconfig with it (server and CA from `$KUBECONFIG`).
     ///
@@ -96,6 +97,8 @@ impl Rbac {
             "templates/serviceaccount.yaml",
             "--show-only",
             "templates/rbac.yaml",
+            "--show-only",
+            "templates/targets-policy.yaml",
             // The operator runs out of cluster with its default Lease name.
             "--set",
             "leaseName=llmscaler-leader",

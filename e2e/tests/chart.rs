@@ -67,6 +67,51 @@ const OUT_OF_CLUSTER: [&str; 6] = [
     "webhook.failurePolicy=Ignore",
 ];
 
+/// The monitoring add-ons for prometheus-operator (kube-prometheus-stack) and Grafana.
+const MONITORING: [&str; 6] = [
+    "--set",
+    "metrics.serviceMonitor.enabled=true",
+    "--set",
+    "metrics.prometheusRule.enabled=true",
+    "--set",
+    "dashboard.enabled=true",
+];
+
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn the_service_monitor_keeps_the_operators_namespace_label() -> anyhow::Result<()> {
+    // Without honorLabels, prometheus-operator's own `namespace` target label (the operator's
+    // namespace) wins and each series' `namespace` (the LLMScaler's) becomes
+    // `exported_namespace`: every dashboard filter on `namespace` stops matching.
+    let docs = documents(&render(&MONITORING)?);
+    let monitor = docs
+        .iter()
+        .find(|d| d["kind"] == "ServiceMonitor")
+        .ok_or_else(|| anyhow::anyhow!("no ServiceMonitor rendered"))?;
+    let endpoints = monitor["spec"]["endpoints"]
+        .as_sequence()
+        .ok_or_else(|| anyhow::anyhow!("no endpoints"))?;
+    assert!(!endpoints.is_empty());
+    for endpoint in endpoints {
+        assert_eq!(
+            endpoint["honorLabels"],
+            true,
+            "{}",
+            serde_yaml::to_string(endpoint)?
+        );
+    }
+    // The PrometheusRule carries the tested rule file as it is (tests/alerts.rs).
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .ok_or_else(|| anyhow::anyhow!("no PrometheusRule rendered"))?;
+    let file: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        repo().join("charts/llmscaler/alerts/llmscaler.rules.yaml"),
+    )?)?;
+    assert_eq!(rule["spec"], file);
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs helm from e2e/install-deps"]
 fn helm_lint_is_clean_in_both_modes() -> anyhow::Result<()> {
@@ -94,6 +139,7 @@ fn helm_template_matches_the_checked_in_renders() -> anyhow::Result<()> {
     for (file, args) in [
         ("default.yaml", &[][..]),
         ("out-of-cluster.yaml", &OUT_OF_CLUSTER[..]),
+        ("monitoring.yaml", &MONITORING[..]),
     ] {
         let rendered = render(args)?;
         let committed = std::fs::read_to_string(repo().join("charts/rendered").join(file))?;
@@ -123,7 +169,14 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "Secret",
             "Service",
             "ServiceAccount",
+            // pods, deployments, statefulsets, leaderworkersets (docs/security.md#rbac)
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
@@ -169,7 +222,14 @@ fn rendered_chart_has_what_the_operator_relies_on() -> anyhow::Result<()> {
             "RoleBinding",
             "Secret",
             "ServiceAccount",
+            // pods, deployments, statefulsets, leaderworkersets (docs/security.md#rbac)
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]

@@ -77,8 +77,28 @@ async fn a_taken_lease_stops_writes_at_once_and_leading_again_resumes() -> anyho
         "lease loss noticed {:?} after it was taken (lease 6 s)",
         taken_at.elapsed()
     );
-    let writes_before = writes_of(&world.operators[0].metrics().await?, "replicas")
-        + writes_of(&world.operators[0].metrics().await?, "status");
+    // A demoted leader stops exporting the scalers' series (issue 28): the next leader exports
+    // them; stale copies here would double sums and keep alerts firing.
+    let cleared = wait_for(
+        "the demoted operator to clear its per-scaler series",
+        MINUTE,
+        || async {
+            let text = world.operators[0].metrics().await?;
+            Ok(
+                if text.contains("llmscaler_leader 0") && !text.contains("name=\"chat\"") {
+                    Check::Done(text)
+                } else {
+                    Check::NotYet(text)
+                },
+            )
+        },
+    )
+    .await?;
+    ensure!(
+        cleared.contains("llmscaler_build_info{version="),
+        "{cleared}"
+    );
+    let writes_before = writes_of(&cleared, "replicas") + writes_of(&cleared, "status");
 
     // The load drops to 0: a leader would write 1 within a sync (1 s). Watch for 5 syncs.
     // Absence over an observation window: every version of the Deployment is recorded by a

@@ -1,8 +1,9 @@
 //! Issue 11 against the real API server (`docs/security.md`):
 //! - least-privilege RBAC: the chart's ServiceAccount cannot patch another webhook
-//!   configuration, read another Secret of its namespace, or change a pod's spec (the chart's
-//!   ValidatingAdmissionPolicy; RBAC cannot limit a patch to one annotation), while what the
-//!   operator uses stays allowed;
+//!   configuration, read another Secret of its namespace, change a pod's spec (the chart's
+//!   ValidatingAdmissionPolicy; RBAC cannot limit a patch to one annotation), or change anything
+//!   of a Deployment but `spec.replicas` (the target policies), while what the operator uses
+//!   stays allowed;
 //! - no confused deputy: a user who may create LLMScalers but not scale the target is denied
 //!   at admission, naming the missing permission; granting it lets the same apply through;
 //! - the CRD schema alone (no webhook in the namespace) refuses an out-of-range int32, user
@@ -174,8 +175,132 @@ async fn the_chart_service_account_holds_only_what_the_operator_uses() -> anyhow
         "the deletion-cost patch must stay allowed: {cost:?}"
     );
 
+    targets_take_only_replicas(&rbac, &namespace).await?;
     rbac.delete()?;
     ns.delete().await?;
+    Ok(())
+}
+
+/// RBAC lets the operator patch whole Deployments and StatefulSets (`kubectl auth can-i` says
+/// yes); the chart's target policies (issue 28) let it change `spec.replicas` only: its apply of
+/// `spec.replicas` goes through, a pod-template, selector-free spec or label patch is denied.
+async fn targets_take_only_replicas(rbac: &Rbac, namespace: &str) -> anyhow::Result<()> {
+    // (LeaderWorkerSets: the same rule and policy; the test cluster does not serve the kind.)
+    for kind in ["deployments", "statefulsets"] {
+        ensure!(
+            can_i(rbac, &["patch", kind, "-n", namespace])?,
+            "the operator applies spec.replicas of {kind}"
+        );
+        println!("can-i patch {kind}: yes (the policy narrows it to spec.replicas)");
+    }
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": namespace, "labels": {"app": "vllm"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vllm"}},
+                 "template": {"metadata": {"labels": {"app": "vllm"}},
+                              "spec": {"containers": [{"name": "vllm", "image": "vllm:latest"}]}}}});
+    kubectl(&["apply", "-f", "-"], Some(&deployment.to_string()))?
+        .map_err(|e| anyhow::anyhow!("creating the Deployment: {e}"))?;
+    let kubeconfig = rbac
+        .kubeconfig
+        .to_str()
+        .context("kubeconfig path")?
+        .to_string();
+    let as_operator = |args: &[&str], stdin: Option<&str>| {
+        let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
+        all.extend_from_slice(args);
+        kubectl(&all, stdin)
+    };
+    let template_patch = r#"{"spec":{"template":{"spec":{"containers":[{"name":"vllm","image":"attacker/miner:latest"}]}}}}"#;
+    let refusal = wait_for(
+        "the target policy refuses a template patch",
+        TIMEOUT,
+        || async {
+            Ok(
+                match as_operator(
+                    &[
+                        "patch",
+                        "deployment",
+                        "vllm",
+                        "-n",
+                        namespace,
+                        "--type",
+                        "merge",
+                        "--dry-run=server",
+                        "-p",
+                        template_patch,
+                    ],
+                    None,
+                )? {
+                    Err(message) => Check::Done(message),
+                    Ok(out) => Check::NotYet(format!("still allowed: {out}")),
+                },
+            )
+        },
+    )
+    .await?;
+    println!("template patch as the operator: {refusal}");
+    ensure!(
+        refusal.contains("may change only spec.replicas"),
+        "{refusal}"
+    );
+    for (what, patch) in [
+        ("minReadySeconds", r#"{"spec":{"minReadySeconds":30}}"#),
+        ("labels", r#"{"metadata":{"labels":{"app":"stolen"}}}"#),
+        ("annotations", r#"{"metadata":{"annotations":{"x":"y"}}}"#),
+    ] {
+        let out = as_operator(
+            &[
+                "patch",
+                "deployment",
+                "vllm",
+                "-n",
+                namespace,
+                "--type",
+                "merge",
+                "--dry-run=server",
+                "-p",
+                patch,
+            ],
+            None,
+        )?;
+        ensure!(
+            matches!(&out, Err(e) if e.contains("may change only spec.replicas")),
+            "{what} patch as the operator: {out:?}"
+        );
+    }
+    // What the operator does: a server-side apply of spec.replicas alone, field manager
+    // llmscaler (docs/writing-replicas.md).
+    let apply = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": namespace}, "spec": {"replicas": 3}});
+    let applied = as_operator(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=llmscaler",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        Some(&apply.to_string()),
+    )?;
+    ensure!(
+        applied.is_ok(),
+        "the operator's replicas apply: {applied:?}"
+    );
+    let replicas = kubectl(
+        &[
+            "get",
+            "deployment",
+            "vllm",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    )?
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ensure!(replicas == "3", "replicas {replicas}");
     Ok(())
 }
 
@@ -456,6 +581,22 @@ async fn guarded_decision_server(
     Ok(format!("http://{addr}"))
 }
 
+/// `llmscaler probe --name chat -n NAMESPACE` as the test's (admin) user: exit code and output.
+/// Async: the decision server runs on this test's runtime.
+async fn probe_name(namespace: &str) -> anyhow::Result<(i32, String)> {
+    let output = tokio::process::Command::new(llmscaler_e2e::operator::binary())
+        .args(["probe", "--name", "chat", "-n", namespace])
+        .output()
+        .await?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("--- probe --name chat\n{text}");
+    Ok((output.status.code().unwrap_or(-1), text))
+}
+
 fn secret(namespace: &str, token: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "decision-token", "namespace": namespace},
@@ -527,6 +668,51 @@ async fn header_values_come_from_a_secret_and_follow_its_rotation() -> anyhow::R
         .wait_condition("chat", "ScalingActive", "True", "", minute)
         .await?;
     println!("after rotation: {active}");
+    // `probe --name` sends the headers the operator sends: the value from the Secret (issue 28;
+    // before, it sent none and the server's 401 made it report a hold while the operator
+    // scaled).
+    let probe = probe_name(&namespace).await?;
+    ensure!(probe.0 == 0, "probe --name: exit {}: {}", probe.0, probe.1);
+    ensure!(!probe.1.contains("401"), "{}", probe.1);
+
+    // A Secret holding the bare token, as a KEDA TriggerAuthentication's does, with
+    // `valuePrefix: "Bearer "` (what `llmscaler convert` writes for authModes bearer).
+    *token
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = "third-t0ken".to_string();
+    world
+        .wait_condition("chat", "ScalingActive", "False", "HTTP 401", minute)
+        .await?;
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(&secret(&namespace, "third-t0ken").to_string()),
+    )?
+    .map_err(|e| anyhow::anyhow!("bare token: {e}"))?;
+    kubectl(
+        &[
+            "patch",
+            "llmscaler",
+            "chat",
+            "-n",
+            &namespace,
+            "--type=json",
+            "-p",
+            r#"[{"op": "add", "path": "/spec/serverHeadersFrom/0/valuePrefix", "value": "Bearer "}]"#,
+        ],
+        None,
+    )?
+    .map_err(|e| anyhow::anyhow!("valuePrefix: {e}"))?;
+    let prefixed = world
+        .wait_condition("chat", "ScalingActive", "True", "", minute)
+        .await?;
+    println!("bare token with valuePrefix: {prefixed}");
+    let probe = probe_name(&namespace).await?;
+    ensure!(
+        probe.0 == 0,
+        "probe --name with valuePrefix: exit {}: {}",
+        probe.0,
+        probe.1
+    );
     // The token never shows in the scaler, its Events or the operator's log.
     let scaler = world.scaler("chat").await?.to_string();
     let events = kubectl(

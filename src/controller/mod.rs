@@ -341,6 +341,15 @@ async fn reconcile(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, 
     ctx.states.put(key.clone(), state);
 
     let (status, events) = report::status(&scaler, &outcome, now);
+    ctx.telemetry.set_conditions(
+        &key.0,
+        &key.1,
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str())),
+    );
     if let Err(source) = act::write_status(&ctx, &scaler, status).await {
         if matches!(&source, StatusError::Api(kube::Error::Api(s)) if s.code == 404) {
             // Deleted while syncing: nothing to report to.

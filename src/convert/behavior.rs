@@ -155,7 +155,54 @@ fn scale_down_step(
     let Some(items) = down["policies"].as_array() else {
         return 0; // the HPA's default: 100 % per 15 s, i.e. unlimited.
     };
+    let select = down["selectPolicy"].as_str();
+    let (caps, dropped) = policy_caps(items, path, sync_period_seconds, findings);
+    // Leaving a policy out narrows the limit only under `Max` with another cap left (the most
+    // permissive of the others applies); otherwise it would widen it.
+    let narrows = matches!(select, None | Some("Max")) && !caps.is_empty();
+    for (p, why) in dropped {
+        if narrows {
+            findings.refuse(p, why);
+        } else {
+            findings.refuse_unsafe(p, why);
+        }
+    }
+    let steps = || {
+        caps.iter().filter_map(|c| match c {
+            Cap::Step(n) => Some(*n),
+            Cap::Unlimited => None,
+        })
+    };
+    match select {
+        None | Some("Max") => {
+            if caps.iter().any(|c| matches!(c, Cap::Unlimited)) {
+                0
+            } else {
+                steps().max().unwrap_or(0)
+            }
+        }
+        Some("Min") => steps().min().unwrap_or(0),
+        Some(other) => {
+            findings.refuse_unsafe(
+                format!("{path}.selectPolicy"),
+                format!("{other:?} has no equivalent: llmscaler always scales down"),
+            );
+            0
+        }
+    }
+}
+
+/// The per-sync caps of scale-down `policies` (at `path`) and the policies with no per-sync
+/// equivalent, as `(path, why)`.
+fn policy_caps(
+    items: &[Value],
+    path: &str,
+    sync_period_seconds: i32,
+    findings: &mut Findings,
+) -> (Vec<Cap>, Vec<(String, String)>) {
     let mut caps = Vec::new();
+    // Policies with no per-sync equivalent: (path, why).
+    let mut dropped: Vec<(String, String)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let p = format!("{path}.policies[{i}]");
         findings.unknown_keys(item, &p, &["type", "value", "periodSeconds"]);
@@ -167,51 +214,60 @@ fn scale_down_step(
         };
         match item["type"].as_str() {
             Some("Percent") if value >= 100 => caps.push(Cap::Unlimited),
-            Some("Percent") => findings.refuse(
-                &p,
+            Some("Percent") => dropped.push((
+                p,
                 format!(
                     "Percent {value} has no equivalent: spec.scaleDown.maxStepReplicas is a \
                      number of replicas per sync"
                 ),
-            ),
+            )),
             Some("Pods") if period == sync_period_seconds => caps.push(Cap::Step(value)),
-            Some("Pods") => findings.refuse(
-                &p,
-                format!(
-                    "{value} pods per {period} s has no equivalent: \
-                     spec.scaleDown.maxStepReplicas counts per sync (syncPeriodSeconds \
-                     {sync_period_seconds})"
-                ),
-            ),
+            Some("Pods") => match per_sync(value, period, sync_period_seconds) {
+                Some(step) => {
+                    findings.approximate(
+                        &p,
+                        format!(
+                            "{value} pods per {period} s -> spec.scaleDown.maxStepReplicas \
+                             {step} per sync (syncPeriodSeconds {sync_period_seconds}): at most \
+                             {step} x {} syncs in any {period} s, never more than the source \
+                             allows",
+                            syncs_within(period, sync_period_seconds)
+                        ),
+                    );
+                    caps.push(Cap::Step(step));
+                }
+                None => dropped.push((
+                    p,
+                    format!(
+                        "{value} pods per {period} s has no equivalent: \
+                         spec.scaleDown.maxStepReplicas counts per sync (syncPeriodSeconds \
+                         {sync_period_seconds}), and even 1 per sync is more than {value} in \
+                         {period} s"
+                    ),
+                )),
+            },
             other => findings.refuse(
                 format!("{p}.type"),
                 format!("{other:?} is not Pods or Percent"),
             ),
         }
     }
-    let steps = || {
-        caps.iter().filter_map(|c| match c {
-            Cap::Step(n) => Some(*n),
-            Cap::Unlimited => None,
-        })
-    };
-    match down["selectPolicy"].as_str() {
-        None | Some("Max") => {
-            if caps.iter().any(|c| matches!(c, Cap::Unlimited)) {
-                0
-            } else {
-                steps().max().unwrap_or(0)
-            }
-        }
-        Some("Min") => steps().min().unwrap_or(0),
-        Some(other) => {
-            findings.refuse(
-                format!("{path}.selectPolicy"),
-                format!("{other:?} has no equivalent: llmscaler always scales down"),
-            );
-            0
-        }
+    (caps, dropped)
+}
+
+/// Sync points that can fall within one `period` (seconds) at one sync every `sync` seconds.
+fn syncs_within(period: i32, sync: i32) -> i32 {
+    if sync <= 0 {
+        return 1;
     }
+    ((period + sync - 1) / sync).max(1)
+}
+
+/// The largest per-sync step whose sum over every sync within `period` stays within `value`:
+/// `value / ceil(period / sync)`; `None` when that is 0 (no step allowed would keep the rate).
+fn per_sync(value: i32, period: i32, sync: i32) -> Option<i32> {
+    let step = value / syncs_within(period, sync);
+    (step > 0).then_some(step)
 }
 
 fn tolerance(
@@ -236,5 +292,62 @@ fn tolerance(
         }
         (Some(t), _) | (None, Some(t)) => t,
         (None, None) => HPA_TOLERANCE.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn down(policies: Value, select: Option<&str>) -> (i32, Findings) {
+        let mut behavior = serde_json::json!({"policies": policies});
+        if let Some(select) = select {
+            behavior["selectPolicy"] = select.into();
+        }
+        let mut findings = Findings::default();
+        let step = scale_down_step(&behavior, "b", 15, &mut findings);
+        (step, findings)
+    }
+
+    #[test]
+    fn a_scale_down_rate_is_approximated_never_widened() {
+        // 2 per 30 s at a 15 s sync: 2 syncs within 30 s, 1 each.
+        let (step, f) = down(
+            serde_json::json!([{"type": "Pods", "value": 2, "periodSeconds": 30}]),
+            None,
+        );
+        assert_eq!(
+            (step, f.approximated.len(), f.unsafe_to_drop.len()),
+            (1, 1, 0)
+        );
+        // 8 per 40 s: up to 3 syncs within 40 s, 2 each (6 <= 8; 3 each would allow 9).
+        assert_eq!(per_sync(8, 40, 15), Some(2));
+        // 1 per 60 s: no per-sync step keeps it: refused even leniently, never 0 (unlimited).
+        let (_, f) = down(
+            serde_json::json!([{"type": "Pods", "value": 1, "periodSeconds": 60}]),
+            None,
+        );
+        assert_eq!((f.approximated.len(), f.unsafe_to_drop.len()), (0, 1));
+        // A Percent policy next to a Pods one under Max: leaving it out narrows, lenient may.
+        let (step, f) = down(
+            serde_json::json!([
+                {"type": "Pods", "value": 3, "periodSeconds": 15},
+                {"type": "Percent", "value": 10, "periodSeconds": 15}
+            ]),
+            None,
+        );
+        assert_eq!((step, f.refused.len(), f.unsafe_to_drop.len()), (3, 1, 0));
+        // Under Min the same would widen it.
+        let (_, f) = down(
+            serde_json::json!([
+                {"type": "Pods", "value": 3, "periodSeconds": 15},
+                {"type": "Percent", "value": 10, "periodSeconds": 15}
+            ]),
+            Some("Min"),
+        );
+        assert_eq!((f.refused.len(), f.unsafe_to_drop.len()), (0, 1));
+        // Disabled scale-down has no equivalent and dropping it would allow scale-downs.
+        let (_, f) = down(serde_json::json!([]), Some("Disabled"));
+        assert_eq!(f.unsafe_to_drop.len(), 1);
     }
 }

@@ -13,15 +13,22 @@ use llmscaler_api::names::PAUSED_ANNOTATION;
 use llmscaler_api::{LLMScalerSpec, MetricSpec, ScheduleSpec};
 use serde_json::Value;
 
-use super::{Draft, Findings, Options, behavior, int_field, metric_name, quantity, scalar_string};
+use super::{
+    Draft, Findings, Options, behavior, int_field, keda_auth, metric_name, quantity, scalar_string,
+};
 
 /// KEDA's default `maxReplicaCount`.
 const KEDA_MAX_REPLICAS: i32 = 100;
 /// KEDA's default `cooldownPeriod`, seconds.
 const KEDA_COOLDOWN_SECONDS: i32 = 300;
 
-/// Converts one ScaledObject.
-pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft {
+/// Converts one ScaledObject, reading the credentials of its triggers from `auths` (the
+/// TriggerAuthentications of the input).
+pub fn convert(
+    doc: &Value,
+    (options, auths): (&Options, &[&Value]),
+    findings: &mut Findings,
+) -> Draft {
     findings.unknown_keys(
         doc,
         "",
@@ -160,6 +167,12 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
 
     let mut server_address = options.server_address.clone();
     let mut headers = BTreeMap::new();
+    let mut headers_from: Vec<llmscaler_api::HeaderFromSecret> = Vec::new();
+    let auth = keda_auth::AuthContext {
+        namespace: doc["metadata"]["namespace"].as_str(),
+        auths,
+        custom_header: options.custom_auth_header.as_deref(),
+    };
     let mut metrics = Vec::new();
     let mut schedules = Vec::new();
     let triggers = spec["triggers"].as_array().cloned().unwrap_or_default();
@@ -183,6 +196,14 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
         let kind = trigger["type"].as_str().unwrap_or_default();
         match kind {
             "prometheus" => {
+                for header in keda_auth::headers_from(trigger, &path, &auth, findings) {
+                    if !headers_from
+                        .iter()
+                        .any(|h| h.name.eq_ignore_ascii_case(&header.name))
+                    {
+                        headers_from.push(header);
+                    }
+                }
                 let converted = prometheus_trigger(
                     trigger,
                     &path,
@@ -218,6 +239,7 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
         spec.activation = activation(&triggers, findings);
     }
     spec.server_headers = (!headers.is_empty()).then_some(headers);
+    spec.server_headers_from = (!headers_from.is_empty()).then_some(headers_from);
     spec.metrics = Some(metrics);
     spec.sync_period_seconds = polling;
     spec.scale_down = Some(scale_down);
@@ -291,18 +313,6 @@ fn prometheus_trigger(
             "authModes",
         ],
     );
-    let credentials = "has no equivalent: credentials from a TriggerAuthentication (a Secret or a \
-                       pod identity) are not read; llmscaler sends spec.serverHeaders verbatim \
-                       (e.g. Authorization: Bearer <token>), set them after converting";
-    if !trigger["authenticationRef"].is_null() {
-        findings.refuse(format!("{path}.authenticationRef"), credentials);
-    }
-    if let Some(modes) = meta["authModes"].as_str() {
-        findings.refuse(
-            format!("{mpath}.authModes"),
-            format!("{modes:?} {credentials}"),
-        );
-    }
     for key in ["namespace", "queryParameters"] {
         if !meta[key].is_null() {
             findings.refuse(

@@ -7,6 +7,7 @@
 pub mod behavior;
 pub mod hpa;
 pub mod keda;
+pub mod keda_auth;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -46,6 +47,10 @@ pub struct ConvertArgs {
     /// from the Prometheus-adapter-style name.
     #[arg(long = "query", value_name = "NAME=QUERY")]
     pub queries: Vec<String>,
+    /// The header name of a KEDA `custom` authentication (`authModes: custom`), whose
+    /// `customAuthHeader` lives in a Secret convert does not read, e.g. `X-Api-Key`.
+    #[arg(long, value_name = "NAME")]
+    pub custom_auth_header: Option<String>,
 }
 
 /// What the conversion may use besides the manifest.
@@ -57,6 +62,8 @@ pub struct Options {
     pub server_address: Option<String>,
     /// PromQL per HPA metric name.
     pub queries: BTreeMap<String, String>,
+    /// The header name of a KEDA `custom` authentication.
+    pub custom_auth_header: Option<String>,
 }
 
 /// One remark about one source field: `path: message`.
@@ -77,13 +84,35 @@ impl fmt::Display for Issue {
 /// Refusals and notes gathered while converting one document.
 #[derive(Debug, Default)]
 pub struct Findings {
-    /// Fields with no equivalent.
+    /// Fields with no equivalent (`--lenient`: left out, with a warning).
     pub refused: Vec<Issue>,
+    /// Fields mapped to something stricter than the source (refused without `--lenient`).
+    pub approximated: Vec<Issue>,
+    /// Fields whose omission would widen a safety limit: refused even under `--lenient`.
+    pub unsafe_to_drop: Vec<Issue>,
     /// Fields mapped with a caveat, or dropped because they have no effect.
     pub notes: Vec<Issue>,
 }
 
 impl Findings {
+    /// Records a field mapped to a stricter equivalent: refused without `--lenient`, a warning
+    /// with it.
+    pub fn approximate(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.approximated.push(Issue {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Records a safety limit with no equivalent that is not wider: refused even under
+    /// `--lenient` (leaving it out would remove the limit).
+    pub fn refuse_unsafe(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.unsafe_to_drop.push(Issue {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
     /// Records a field with no equivalent.
     pub fn refuse(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.refused.push(Issue {
@@ -191,12 +220,16 @@ pub(crate) fn convert_text(text: &str, options: &Options) -> Result<Converted, C
     }
     let mut sources = Vec::new();
     let mut skipped = Vec::new();
+    let mut auths = Vec::new();
     for doc in &docs {
         let api_version = doc["apiVersion"].as_str().unwrap_or_default();
         let kind = doc["kind"].as_str().unwrap_or_default();
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
         match (api_version, kind) {
             ("keda.sh/v1alpha1", "ScaledObject") => sources.push((kind, name, doc)),
+            ("keda.sh/v1alpha1", "TriggerAuthentication" | "ClusterTriggerAuthentication") => {
+                auths.push(doc);
+            }
             (v, "HorizontalPodAutoscaler") if v.starts_with("autoscaling/") => {
                 sources.push((kind, name, doc))
             }
@@ -216,7 +249,7 @@ pub(crate) fn convert_text(text: &str, options: &Options) -> Result<Converted, C
     for (kind, name, doc) in sources {
         let mut findings = Findings::default();
         let draft = if kind == "ScaledObject" {
-            keda::convert(doc, options, &mut findings)
+            keda::convert(doc, (options, &auths), &mut findings)
         } else {
             hpa::convert(doc, options, &mut findings)
         };
@@ -231,6 +264,15 @@ pub(crate) fn convert_text(text: &str, options: &Options) -> Result<Converted, C
             }
         };
         warnings.extend(findings.notes.into_iter().map(prefix));
+        refused.extend(findings.unsafe_to_drop.into_iter().map(|i| {
+            prefix(Issue {
+                path: i.path,
+                message: format!(
+                    "{} (refused even with --lenient: leaving it out would remove the limit)",
+                    i.message
+                ),
+            })
+        }));
         if options.lenient {
             warnings.extend(findings.refused.into_iter().map(|i| {
                 prefix(Issue {
@@ -238,8 +280,20 @@ pub(crate) fn convert_text(text: &str, options: &Options) -> Result<Converted, C
                     message: format!("left out: {}", i.message),
                 })
             }));
+            warnings.extend(findings.approximated.into_iter().map(|i| {
+                prefix(Issue {
+                    path: i.path,
+                    message: format!("approximated: {}", i.message),
+                })
+            }));
         } else {
             refused.extend(findings.refused.into_iter().map(prefix));
+            refused.extend(findings.approximated.into_iter().map(|i| {
+                prefix(Issue {
+                    path: i.path,
+                    message: format!("{} (--lenient applies this)", i.message),
+                })
+            }));
         }
         let mut spec = draft.spec;
         apply_defaults(&mut spec);
@@ -307,6 +361,7 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         lenient: args.lenient,
         server_address: args.server_address.clone(),
         queries,
+        custom_auth_header: args.custom_auth_header.clone(),
     };
     let converted = match convert_text(&text, &options) {
         Ok(converted) => converted,
@@ -315,7 +370,12 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
                 eprintln!("{issue}");
             }
             eprintln!(
-                "error: not converted: the fields above have no equivalent (--lenient leaves them out)"
+                "{}",
+                if args.lenient {
+                    "error: not converted even with --lenient: the lines above cannot be left out"
+                } else {
+                    "error: not converted: the fields above have no equivalent (--lenient leaves them out)"
+                }
             );
             return ExitCode::from(EXIT_REFUSED);
         }
@@ -415,9 +475,21 @@ pub(crate) fn metric_name(raw: &str) -> String {
         .collect()
 }
 
+/// Annotation prefixes a GitOps tool reads on the objects it applies (sync waves and options,
+/// pruning, tracking): kept as they are on the LLMScaler, which takes the source's place in Git.
+pub const GITOPS_ANNOTATION_PREFIXES: &[&str] = &[
+    "argocd.argoproj.io/",
+    "kustomize.toolkit.fluxcd.io/",
+    "helm.toolkit.fluxcd.io/",
+    "fluxcd.io/",
+    "config.kubernetes.io/",
+    "config.k8s.io/",
+    "meta.helm.sh/",
+];
+
 /// `metadata` for the LLMScaler from the source's: name, namespace and labels kept; the
-/// annotations in `annotations` given as `(source key, target key)` mapped; other annotations
-/// noted as dropped.
+/// annotations in `annotations` given as `(source key, target key)` mapped; the annotations of
+/// GitOps tools ([`GITOPS_ANNOTATION_PREFIXES`]) kept; other annotations noted as dropped.
 pub fn metadata(source: &Value, mapped: &[(&str, &str)], findings: &mut Findings) -> Value {
     let mut out = serde_json::Map::new();
     for key in ["name", "namespace", "labels"] {
@@ -440,6 +512,12 @@ pub fn metadata(source: &Value, mapped: &[(&str, &str)], findings: &mut Findings
                 format!("metadata.annotations.{key}"),
                 "has no equivalent (the LLMScaler pause holds the current replicas)",
             ),
+            None if GITOPS_ANNOTATION_PREFIXES
+                .iter()
+                .any(|p| key.starts_with(p)) =>
+            {
+                annotations.insert(key.clone(), value.clone());
+            }
             None => findings.note(format!("metadata.annotations.{key}"), "dropped"),
         }
     }

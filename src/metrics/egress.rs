@@ -15,6 +15,18 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 #[error("{0}")]
 pub(crate) struct Refused(pub String);
 
+/// A name did not resolve: the host and the resolver's message (a local system error, never
+/// text the peer chose).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot resolve host `{host}`: {reason}")]
+pub struct Unresolved {
+    /// The host name asked.
+    pub host: String,
+    /// The resolver's message, e.g. `failed to lookup address information: Name or service not
+    /// known`.
+    pub reason: String,
+}
+
 /// A `reqwest` resolver that resolves with the system resolver (`getaddrinfo`, through tokio)
 /// and keeps only the addresses its egress policy allows.
 #[derive(Clone, Debug, Default)]
@@ -36,7 +48,17 @@ impl Resolve for PolicyResolver {
         let egress = self.egress.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let looked_up = tokio::net::lookup_host((host.as_str(), 0)).await;
+            let resolved = match looked_up {
+                Ok(resolved) => resolved,
+                Err(err) => {
+                    return Err(Box::new(Unresolved {
+                        host: host.clone(),
+                        reason: err.to_string(),
+                    })
+                        as Box<dyn std::error::Error + Send + Sync>);
+                }
+            };
             let (allowed, refused) = filter(&egress, &host, resolved.map(|a| a.ip()));
             if allowed.is_empty() {
                 let why = refused.unwrap_or_else(|| format!("`{host}` resolved to no address"));

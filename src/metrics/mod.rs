@@ -458,6 +458,9 @@ fn transport_reason(error: &reqwest::Error) -> String {
         if let Some(refused) = inner.downcast_ref::<egress::Refused>() {
             egress.get_or_insert(refused.to_string());
         }
+        if let Some(unresolved) = inner.downcast_ref::<egress::Unresolved>() {
+            egress.get_or_insert(unresolved.to_string());
+        }
         source = inner.source();
     }
     if let Some(refused) = egress {

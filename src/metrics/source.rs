@@ -23,7 +23,7 @@ pub enum MetricSource {
 }
 
 /// `spec.serverHeaders` plus the values of `spec.serverHeadersFrom`, each read now from its
-/// Secret in `namespace` (`docs/security.md#credentials`): a rotated Secret is used at the next
+/// Secret in `namespace` (after its `valuePrefix`, if any) (`docs/security.md#credentials`): a rotated Secret is used at the next
 /// sync. Values are never logged; errors name the header, Secret and key only.
 ///
 /// # Errors
@@ -63,9 +63,13 @@ pub async fn secret_headers(
             .ok_or_else(|| failed("no such key".to_owned()))?;
         let text = String::from_utf8(value.0.clone())
             .map_err(|_| failed("the value is not UTF-8".to_owned()))?;
+        let value = text.trim_end_matches(['\r', '\n']);
         headers.insert(
             entry.name.clone(),
-            text.trim_end_matches(['\r', '\n']).to_owned(),
+            format!(
+                "{}{value}",
+                entry.value_prefix.as_deref().unwrap_or_default()
+            ),
         );
     }
     Ok(headers)

@@ -14,9 +14,9 @@ use crate::metrics::{MetricError, MetricSource, MetricsClient, Readings};
 /// Why the live probe could not explain the scaler.
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
-    /// No Kubernetes credentials.
-    #[error("cannot build a Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    /// No Kubernetes client: no credentials, or the API server does not answer.
+    #[error(transparent)]
+    Client(#[from] crate::kubeclient::ClientError),
     /// The LLMScaler could not be read.
     #[error("reading LLMScaler {namespace}/{name}: {source}")]
     Scaler {
@@ -39,8 +39,10 @@ pub enum LiveError {
     Source(#[from] MetricError),
 }
 
-/// Reads `namespace/name` and its target through the current kubeconfig (or in-cluster
-/// credentials), evaluates its metrics over `metrics_client` now, and explains the result.
+/// Reads `namespace/name` and its target through the kubeconfig and context of `kube` (default:
+/// the current ones, or in-cluster credentials), evaluates its metrics over `metrics_client` now
+/// with the headers the operator sends (`serverHeaders` and the values of `serverHeadersFrom`,
+/// read from their Secrets with the probe user's rights), and explains the result.
 ///
 /// # Errors
 /// [`LiveError`].
@@ -48,11 +50,9 @@ pub async fn explain_live(
     name: &str,
     namespace: &str,
     metrics_client: &MetricsClient,
-    proxy: ProxyMode,
+    (kube, proxy): (&crate::kubeclient::KubeArgs, ProxyMode),
 ) -> Result<(LLMScalerSpec, Explanation), LiveError> {
-    let client = kube::Client::try_default()
-        .await
-        .map_err(LiveError::Client)?;
+    let client = kube.client().await?;
     let scaler = Api::<LLMScaler>::namespaced(client.clone(), namespace)
         .get(name)
         .await
@@ -67,7 +67,8 @@ pub async fn explain_live(
     let resolver = Resolver::default();
     let resource = resolver.resolve(&client, &spec.target_ref).await?;
     let state = target::read(&client, &resource, namespace, &spec.target_ref).await?;
-    let mut readings = MetricSource::from_spec(metrics_client, &spec)?
+    let headers = crate::metrics::secret_headers(&client, namespace, &spec).await?;
+    let mut readings = MetricSource::with_headers(metrics_client, &spec, &headers)?
         .read(&spec)
         .await;
     if let Some(service) = in_cluster_service(&spec.server_address, namespace)

@@ -72,6 +72,9 @@ pub struct ProbeArgs {
     /// `serverAddress` is an in-cluster Service (`auto`: when it is not reachable directly).
     #[arg(long, value_enum, default_value_t = live::ProxyMode::Auto, requires = "name")]
     pub via_service_proxy: live::ProxyMode,
+    /// With `--name`: the kubeconfig and context to read the cluster through.
+    #[command(flatten)]
+    pub kube: crate::kubeclient::KubeArgs,
     /// Ready replicas to assume (the ratio's baseline); default `minReplicas`.
     #[arg(long)]
     pub ready: Option<u32>,
@@ -285,7 +288,7 @@ fn run_live(args: &ProbeArgs) -> ExitCode {
         name,
         &args.namespace,
         &client,
-        args.via_service_proxy,
+        (&args.kube, args.via_service_proxy),
     )) {
         Ok((_, explanation)) => {
             print!("LLMScaler {}/{name}\n{}", args.namespace, explanation.text);

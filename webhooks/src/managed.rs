@@ -93,6 +93,31 @@ pub async fn run(
     policy: OperatorPolicy,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    run_observed(client, namespace, args, policy, shutdown, |_| {}).await
+}
+
+/// [`run`], calling `on_certificate` with the expiry (Unix seconds) of each serving certificate
+/// it starts serving (the first, then every renewal), for the operator's
+/// `llmscaler_webhook_certificate_expiry_timestamp_seconds`.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_observed(
+    client: kube::Client,
+    namespace: &str,
+    args: &ManagedArgs,
+    policy: OperatorPolicy,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_certificate: impl Fn(i64) + Send + Sync + 'static,
+) -> Result<(), Error> {
+    let on_certificate = std::sync::Arc::new(on_certificate);
+    let report =
+        move |pem: &str| match llmscaler_certs::pki::inspect(pem, "the serving certificate") {
+            Ok(info) => on_certificate(info.not_after.unix_timestamp()),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the serving certificate's expiry")
+            }
+        };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let watcher = tokio::spawn(async move {
         shutdown.await;
@@ -103,7 +128,7 @@ pub async fn run(
     };
     let cfg = args.cert_config(namespace);
     let mut delay = START_BACKOFF_FIRST;
-    let (resolver, listener) = loop {
+    let (resolver, listener, serving_pem) = loop {
         match start(&client, &cfg, args).await {
             Ok(started) => break started,
             Err(err) => {
@@ -120,13 +145,19 @@ pub async fn run(
         }
     };
     tracing::info!(addr = %args.webhook_listen, "serving the admission webhook");
+    report(&serving_pem);
     let feed = resolver.clone();
     let access = crate::access::TargetAccess::new(client.clone());
-    let certs = tokio::spawn(llmscaler_certs::maintain(client, cfg, move |pems| {
-        if let Err(err) = feed.set_pem(pems.cert_chain_pem.as_bytes(), pems.key_pem.as_bytes()) {
-            tracing::warn!(error = %err, "new serving certificate not loaded; keeping the old one");
-        }
-    }));
+    let certs = tokio::spawn(llmscaler_certs::maintain(
+        client,
+        cfg,
+        move |pems| match feed.set_pem(pems.cert_chain_pem.as_bytes(), pems.key_pem.as_bytes()) {
+            Ok(()) => report(&pems.cert_chain_pem),
+            Err(err) => {
+                tracing::warn!(error = %err, "new serving certificate not loaded; keeping the old one")
+            }
+        },
+    ));
     let context = server::WebhookContext {
         policy,
         access: Some(access),
@@ -142,7 +173,7 @@ async fn start(
     client: &kube::Client,
     cfg: &CertConfig,
     args: &ManagedArgs,
-) -> Result<(std::sync::Arc<CertResolver>, std::net::TcpListener), Error> {
+) -> Result<(std::sync::Arc<CertResolver>, std::net::TcpListener, String), Error> {
     let state = llmscaler_certs::sync_secret(client, cfg, time::OffsetDateTime::now_utc())
         .await
         .map_err(Error::Certs)?;
@@ -153,7 +184,7 @@ async fn start(
             addr: args.webhook_listen.to_string(),
             source,
         })?;
-    Ok((resolver, listener))
+    Ok((resolver, listener, state.tls_cert_pem))
 }
 
 #[cfg(test)]
