@@ -299,11 +299,14 @@ fn the_rollout_predicate() {
 }
 
 #[test]
-fn saturating_value_recommends_max() {
-    let d = run(&policy(1, 7), &settled(3), &one_metric(1e300, "0.5"));
+fn saturating_value_is_bounded_then_clamped() {
+    // ceil(3 × 1e300 / 0.5) saturates at i32::MAX; the evidence bound from 3 Ready is 7; the
+    // clamp to maxReplicas 5 applies after it.
+    let d = run(&policy(1, 5), &settled(3), &one_metric(1e300, "0.5"));
+    assert_eq!(d.metrics[0].ratio, Some(2e300));
     assert_eq!(
         (d.replicas, d.recommendation, d.limited),
-        (7, Some(i32::MAX), Some(Limit::Max))
+        (5, Some(7), Some(Limit::Max))
     );
 }
 
@@ -601,8 +604,10 @@ fn guardrail_raises_or_holds_but_never_lowers() {
         (4, 0.5, Ok(1.0), 1, Reason::ScaledDown),
         (4, 0.5, Ok(0.1), 1, Reason::ScaledDown),
         (4, 4.0, Ok(0.1), 8, Reason::ScaledUp),
-        // TTFT far above target raises beyond the queue's wish.
-        (4, 2.0, Ok(3.0), 12, Reason::ScaledUp),
+        // TTFT above target raises beyond the queue's wish...
+        (4, 2.0, Ok(1.75), 7, Reason::ScaledUp),
+        // ...by at most the evidence bound: 3× on 4 Ready asks 12, the bound is max(8, 4+4).
+        (4, 2.0, Ok(3.0), 8, Reason::ScaleUpLimited),
         // Unmeasurable guardrail (NaN over an idle window): neither holds nor lowers.
         (4, 0.5, nan(), 1, Reason::ScaledDown),
         (4, 2.0, nan(), 4, Reason::Steady),
@@ -648,4 +653,80 @@ fn guardrail_alone_never_lowers_and_a_skipped_queue_still_holds() {
     inputs[1].value = Ok(1.5);
     let d = run(&policy(1, 20), &settled(6), &Signal::Metrics(inputs));
     assert_eq!((d.replicas, d.action), (9, Action::ScaleUp));
+}
+
+/// docs/guards.md#evidence-bound, worked numbers: one Ready replica, a TTFT guardrail at 20×
+/// its target (17 s against 0.85 s), the queue below its target, a 300 s window.
+#[test]
+fn a_guardrail_20x_its_target_on_one_ready_replica_steps_to_5_not_20() {
+    let p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 128)
+    };
+    let signal = Signal::Metrics(vec![
+        MetricInput {
+            name: "waiting".into(),
+            target: "8".into(),
+            value: Ok(3.0),
+            guardrail: false,
+        },
+        MetricInput {
+            name: "ttft-p90".into(),
+            target: "0.85".into(),
+            value: Ok(17.0),
+            guardrail: true,
+        },
+    ]);
+    let mut history = History::default();
+    // t = 0: ceil(1 × 17 / 0.85) = 20 unbounded; the bound is max(2 × 1, 1 + 4) = 5.
+    let d = decide(&p, &settled(1), &signal, &mut history, 0);
+    assert_eq!(d.metrics[1].ratio, Some(20.0));
+    assert_eq!(
+        (d.replicas, d.recommendation, d.action, d.reason),
+        (5, Some(5), Action::ScaleUp, Reason::ScaleUpLimited)
+    );
+    // t = 15 s..75 s: 1 Ready of 5, still 20×: the 4 starting count as coming capacity.
+    let starting = Observation {
+        spec_replicas: 5,
+        ready_replicas: 1,
+        rollout_in_progress: false,
+    };
+    for t in [15_000, 45_000, 75_000] {
+        let d = decide(&p, &starting, &signal, &mut history, t);
+        assert_eq!((d.replicas, d.reason), (5, Reason::Steady), "t {t}");
+    }
+    // t = 90 s: the 5 are Ready and the reading is still 20×: the next step, max(10, 9) = 10.
+    let d = decide(&p, &settled(5), &signal, &mut history, 90_000);
+    assert_eq!((d.replicas, d.reason), (10, Reason::ScaleUpLimited));
+    // The window never held more than was written.
+    assert!(history.records().iter().all(|r| r.replicas <= 10));
+}
+
+/// The window holds, it never raises: a recommendation held back by coming capacity is not
+/// replayed once its replicas are Ready.
+#[test]
+fn a_held_back_recommendation_is_not_replayed_by_the_window() {
+    let p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 20)
+    };
+    let hold = Extras {
+        capacity: None,
+        hold_metric_scale_up: true,
+    };
+    let mut history = History::default();
+    // 2 Ready of 4: the metric asks for 6 (ceil(2 × 3 / 1)); held at 4 while they start.
+    let starting = Observation {
+        spec_replicas: 4,
+        ready_replicas: 2,
+        rollout_in_progress: false,
+    };
+    let d = decide_with(&p, &starting, &one_metric(3.0, "1"), &hold, &mut history, 0);
+    assert_eq!((d.replicas, d.reason), (4, Reason::ScaleUpLimited));
+    // 4 Ready, the metric now asks for 3: the recorded 6 does not raise the fleet.
+    let d = decide(&p, &settled(4), &one_metric(0.75, "1"), &mut history, 15_000);
+    assert_eq!(
+        (d.replicas, d.desired, d.reason),
+        (4, 4, Reason::ScaleDownStabilized)
+    );
 }
