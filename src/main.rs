@@ -258,18 +258,17 @@ fn run_requests(
     };
     let scaled = llmscaler_loadmodel::trace::scale(&base, args.scale, args.seed);
     let crowd = args.flash_crowd.then(|| {
-        let mut crowd = FlashCrowd::seeded(
-            &scaled,
-            FLASH_CROWD_FACTOR,
-            FLASH_CROWD_SECONDS,
-            args.seed,
-        );
+        let mut crowd =
+            FlashCrowd::seeded(&scaled, FLASH_CROWD_FACTOR, FLASH_CROWD_SECONDS, args.seed);
         if let Some(start) = args.flash_crowd_start {
             crowd.start_s = start;
         }
         crowd
     });
-    if args.flash_crowd_start.is_some_and(|s| !(s.is_finite() && s >= 0.0)) {
+    if args
+        .flash_crowd_start
+        .is_some_and(|s| !(s.is_finite() && s >= 0.0))
+    {
         return fail(EXIT_INVALID, "--flash-crowd-start must be 0 or more");
     }
     let requests = match &crowd {

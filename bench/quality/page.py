@@ -98,8 +98,14 @@ for trace in traces:
 print("## Targets of issue 27: peak replicas and attainment in every cell (llmscaler)\n")
 print("Peak target: llmscaler's peak ≤ max(⌊1.5 × ideal's peak⌋, ideal's peak + 2); attainment ≥ 99%.")
 print("Replica-hours of llmscaler, hpa, keda and ideal side by side (issue 23 later targets ≤ 0.75 × hpa).\n")
-print("| trace | scale | start | peak | ideal's peak | peak bound | SLO | replica-h | hpa | keda | ideal | ÷ hpa | verdict |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("A miss of attainment in a cold or flash-crowd cell is bounded by the start-up time more than by")
+print("the policy: what arrives above the Ready replicas' capacity before new replicas are Ready (90 s")
+print("after the scale-up, which itself follows the metrics by a scrape or two) waits for them, far")
+print("beyond the 2 s objective; `hpa`'s attainment in the same cell (column `hpa SLO`) shows the same")
+print("bound for a policy without a cap on its steps. Only spare replicas kept in advance (`static` at")
+print("`ideal`'s peak) avoid it.\n")
+print("| trace | scale | start | peak | ideal's peak | peak bound | SLO | hpa SLO | replica-h | hpa | keda | ideal | ÷ hpa | verdict |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for trace, scale, start, p in targets27:
     l, i, h, k = p["llmscaler"], p["ideal"], p["hpa"], p["keda"]
     pb = peak_bound(i["peak_replicas"])
@@ -111,7 +117,7 @@ for trace, scale, start, p in targets27:
     verdict = "met" if not why else "**missed**: " + "; ".join(why)
     print(
         f"| {trace} | {scale} | {start} | {l['peak_replicas']} | {i['peak_replicas']} | {pb} | "
-        f"{100*l['slo_attainment']:.2f}% | {l['replica_hours']:.2f} | {h['replica_hours']:.2f} | "
+        f"{100*l['slo_attainment']:.2f}% | {100*h['slo_attainment']:.2f}% | {l['replica_hours']:.2f} | {h['replica_hours']:.2f} | "
         f"{k['replica_hours']:.2f} | {i['replica_hours']:.2f} | "
         f"{l['replica_seconds']/h['replica_seconds']:.2f} | {verdict} |"
     )
