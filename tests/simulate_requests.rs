@@ -332,7 +332,10 @@ fn a_flash_crowd_adds_a_seeded_burst_and_is_reported() {
     let crowd_args = ["--scale", "0.3", "--seed", "7", "--flash-crowd"];
     let (code, stdout, stderr, crowd) = run(SCALER, &crowd_args);
     assert_eq!(code, 0, "stderr: {stderr}");
-    assert!(stdout.contains("flash crowd: arrivals x3 for 300 s"), "{stdout}");
+    assert!(
+        stdout.contains("flash crowd: arrivals x3 for 300 s"),
+        "{stdout}"
+    );
     let crowd = crowd.expect("report");
     let start = crowd["flash_crowd"]["start_seconds"]
         .as_f64()
@@ -348,10 +351,19 @@ fn a_flash_crowd_adds_a_seeded_burst_and_is_reported() {
     let (_, _, _, again) = run(SCALER, &crowd_args);
     assert_eq!(again.expect("report")["flash_crowd"], crowd["flash_crowd"]);
     // A pinned start.
-    let pinned = ["--scale", "0.3", "--flash-crowd", "--flash-crowd-start", "600"];
+    let pinned = [
+        "--scale",
+        "0.3",
+        "--flash-crowd",
+        "--flash-crowd-start",
+        "600",
+    ];
     let (code, _, stderr, pinned) = run(SCALER, &pinned);
     assert_eq!(code, 0, "stderr: {stderr}");
-    assert_eq!(pinned.expect("report")["flash_crowd"]["start_seconds"], 600.0);
+    assert_eq!(
+        pinned.expect("report")["flash_crowd"]["start_seconds"],
+        600.0
+    );
 }
 
 #[test]

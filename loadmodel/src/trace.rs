@@ -260,8 +260,10 @@ mod tests {
         let out = crowd.apply(&base, 7);
         assert_eq!(out.len(), 1000 + 2 * 300);
         let end = crowd.start_s + 300.0;
-        let inside = |t: f64| t >= crowd.start_s && t < end + COPY_SPREAD_S;
-        assert_eq!(out.iter().filter(|r| !inside(r.arrival_s)).count(), 700);
+        // Copies land up to COPY_SPREAD_S after the window; outside [start, end + 1 s) only the
+        // originals remain: 1000 − 300 in the window − 1 (the one at t = end).
+        let near = |t: f64| t >= crowd.start_s && t < end + COPY_SPREAD_S;
+        assert_eq!(out.iter().filter(|r| !near(r.arrival_s)).count(), 699);
         assert!(out.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
         // A trace shorter than the crowd: it starts at 0.
         assert_eq!(FlashCrowd::seeded(&base[..10], 3.0, 300.0, 7).start_s, 0.0);
