@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 use llmscaler::scaler_file::{ScalerFileError, load_scaler};
 use llmscaler::{process, simulate};
+use llmscaler_loadmodel::trace::FlashCrowd;
 
 /// Autoscaler for LLM inference servers on Kubernetes.
 #[derive(Parser, Debug)]
@@ -81,9 +82,17 @@ struct SimulateArgs {
     /// `--requests`: arrival-rate factor (seeded duplicate/thin, as in the emulator).
     #[arg(long, default_value_t = 1.0, conflicts_with = "metrics")]
     scale: f64,
-    /// `--requests`: seed of `--scale`.
+    /// `--requests`: seed of `--scale` and of `--flash-crowd`'s start.
     #[arg(long, default_value_t = 1, conflicts_with = "metrics")]
     seed: u64,
+    /// `--requests`: add a flash crowd, arrivals ×3 for 300 s (after `--scale`), starting at a
+    /// time drawn from `--seed` (or `--flash-crowd-start`).
+    #[arg(long)]
+    flash_crowd: bool,
+    /// `--requests` with `--flash-crowd`: the crowd's start, trace seconds, instead of a seeded
+    /// one.
+    #[arg(long, requires = "flash_crowd")]
+    flash_crowd_start: Option<f64>,
     /// `--requests`: the TTFT objective, seconds.
     #[arg(long, default_value_t = 2.0, conflicts_with = "metrics")]
     slo_ttft_seconds: f64,
@@ -109,6 +118,10 @@ struct SimulateArgs {
     #[arg(long, default_value_t = 0.0, conflicts_with = "metrics")]
     termination_grace_seconds: f64,
 }
+
+/// `--flash-crowd`: arrival-rate factor and length, seconds (issue 27: arrivals ×3 for 5 min).
+const FLASH_CROWD_FACTOR: f64 = 3.0;
+const FLASH_CROWD_SECONDS: f64 = 300.0;
 
 /// Exit status for an invalid spec or malformed input.
 const EXIT_INVALID: u8 = 2;
@@ -149,6 +162,12 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
     let Some(metrics) = &args.metrics else {
         return fail(EXIT_INVALID, "one of --metrics or --requests is required");
     };
+    if args.flash_crowd {
+        return fail(
+            EXIT_INVALID,
+            "--flash-crowd adds arrivals to a request trace: it needs --requests",
+        );
+    }
     let startup_seconds = args.startup_seconds.unwrap_or(0.0);
     if !(startup_seconds.is_finite() && startup_seconds >= 0.0) {
         return fail(
@@ -240,7 +259,25 @@ fn run_requests(
         Ok(r) => r,
         Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", path.display())),
     };
-    let requests = llmscaler_loadmodel::trace::scale(&base, args.scale, args.seed);
+    let scaled = llmscaler_loadmodel::trace::scale(&base, args.scale, args.seed);
+    let crowd = args.flash_crowd.then(|| {
+        let mut crowd =
+            FlashCrowd::seeded(&scaled, FLASH_CROWD_FACTOR, FLASH_CROWD_SECONDS, args.seed);
+        if let Some(start) = args.flash_crowd_start {
+            crowd.start_s = start;
+        }
+        crowd
+    });
+    if args
+        .flash_crowd_start
+        .is_some_and(|s| !(s.is_finite() && s >= 0.0))
+    {
+        return fail(EXIT_INVALID, "--flash-crowd-start must be 0 or more");
+    }
+    let requests = match &crowd {
+        Some(crowd) => crowd.apply(&scaled, args.seed),
+        None => scaled,
+    };
     let comparators_scaler = match args
         .comparators_scaler
         .as_deref()
@@ -261,10 +298,22 @@ fn run_requests(
         tail_seconds: args.tail_seconds,
         termination_grace_seconds: args.termination_grace_seconds,
     };
-    let report = match simulate::compare::run(scaler, &requests, &options, args.scale, args.seed) {
-        Ok(r) => r,
-        Err(err) => return fail(EXIT_INVALID, &err.to_string()),
-    };
+    let mut report =
+        match simulate::compare::run(scaler, &requests, &options, args.scale, args.seed) {
+            Ok(r) => r,
+            Err(err) => return fail(EXIT_INVALID, &err.to_string()),
+        };
+    report.flash_crowd = crowd.map(|c| simulate::compare::FlashCrowdReport {
+        start_seconds: c.start_s,
+        duration_seconds: c.duration_s,
+        factor: c.factor,
+    });
+    if let Some(c) = &report.flash_crowd {
+        println!(
+            "flash crowd: arrivals x{} for {} s from t = {} s",
+            c.factor, c.duration_seconds, c.start_seconds
+        );
+    }
     print!("{}", simulate::compare::summary(&report));
     if let Some(out) = &args.report {
         let json = match serde_json::to_string_pretty(&report) {

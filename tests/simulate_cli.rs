@@ -279,19 +279,19 @@ fn decisions_the_client_refuses_hold() {
 
 #[test]
 fn a_rollout_defers_scale_down_not_scale_up() {
-    // During a rollout (rollout = 1) a spike still scales up (2 -> 8); the drop to 0 waits for
+    // During a rollout (rollout = 1) a spike still scales up (2 -> 4); the drop to 0 waits for
     // the rollout to end, then goes down.
     let out = ok(
         &one_metric(1, 10, ""),
-        "t,queue,rollout\n0,2,1\n15,0,1\n30,0,0\n",
+        "t,queue,rollout\n0,1,1\n15,0,1\n30,0,0\n",
         &["--initial-replicas", "2"],
     );
     assert_eq!(
         out,
         "t,ready,desired,replicas,action,reason,queue\n\
-         0,2,8,8,scale_up,ScaledUp,2\n\
-         15,8,1,8,deferred,RolloutInProgress,0\n\
-         30,8,1,1,scale_down,ScaledDown,0\n"
+         0,2,4,4,scale_up,ScaledUp,1\n\
+         15,4,1,4,deferred,RolloutInProgress,0\n\
+         30,4,1,1,scale_down,ScaledDown,0\n"
     );
 }
 
@@ -424,8 +424,9 @@ fn a_schedule_floor_follows_local_time_across_a_dst_change() {
 
 #[test]
 fn the_scale_up_cap_limits_pods_per_period() {
-    // At most 2 pods per 60 s: 1 -> 3 at once, held at 3 inside the period, 3 -> 5 once the
-    // first change is a whole period old (HPA: changes strictly after now - period count).
+    // At most 2 pods per 60 s: 4 -> 6 at once, held at 6 inside the period, 6 -> 8 once the
+    // first change is a whole period old (HPA: changes strictly after now - period count). The
+    // queue asks 2 × ready each time, within the evidence bound.
     let scaler = one_metric(
         1,
         10,
@@ -433,16 +434,16 @@ fn the_scale_up_cap_limits_pods_per_period() {
     );
     let out = ok(
         &scaler,
-        "t,queue\n0,5\n15,5\n60,5\n61,5\n",
-        &["--initial-replicas", "1"],
+        "t,queue\n0,1\n15,1\n60,1\n61,1\n",
+        &["--initial-replicas", "4"],
     );
     assert_eq!(
         out,
         "t,ready,desired,replicas,action,reason,queue\n\
-         0,1,10,3,scale_up,ScaleUpLimited,5\n\
-         15,3,10,3,none,ScaleUpLimited,5\n\
-         60,3,10,5,scale_up,ScaleUpLimited,5\n\
-         61,5,10,5,none,ScaleUpLimited,5\n"
+         0,4,8,6,scale_up,ScaleUpLimited,1\n\
+         15,6,10,6,none,ScaleUpLimited,1\n\
+         60,6,10,8,scale_up,ScaleUpLimited,1\n\
+         61,8,10,8,none,ScaleUpLimited,1\n"
     );
 }
 

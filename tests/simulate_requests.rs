@@ -322,3 +322,68 @@ spec:
         .expect("a share");
     assert!(slo > 0.9, "the capacity scaler serves the trace: {slo}");
 }
+
+/// `--flash-crowd` (issue 27): arrivals ×3 for 300 s at a seeded start, reported; the same seed
+/// gives the same start, and the crowd adds about twice the window's requests.
+#[test]
+fn a_flash_crowd_adds_a_seeded_burst_and_is_reported() {
+    let args = ["--scale", "0.3", "--seed", "7"];
+    let (code, _, stderr, plain) = run(SCALER, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let plain = plain.expect("report");
+    let crowd_args = ["--scale", "0.3", "--seed", "7", "--flash-crowd"];
+    let (code, stdout, stderr, crowd) = run(SCALER, &crowd_args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(
+        stdout.contains("flash crowd: arrivals x3 for 300 s"),
+        "{stdout}"
+    );
+    let crowd = crowd.expect("report");
+    let start = crowd["flash_crowd"]["start_seconds"]
+        .as_f64()
+        .expect("start");
+    assert!(start >= 0.0 && start < crowd["trace_seconds"].as_f64().expect("t"));
+    assert_eq!(crowd["flash_crowd"]["factor"], 3.0);
+    let (before, after) = (
+        plain["requests"].as_u64().expect("n"),
+        crowd["requests"].as_u64().expect("n"),
+    );
+    // 0.3 × ~5.5 req/s over 300 s ≈ 500 requests in the window, doubled by the crowd.
+    assert!(after > before + 300, "{before} -> {after}");
+    let (_, _, _, again) = run(SCALER, &crowd_args);
+    assert_eq!(again.expect("report")["flash_crowd"], crowd["flash_crowd"]);
+    // A pinned start.
+    let pinned = [
+        "--scale",
+        "0.3",
+        "--flash-crowd",
+        "--flash-crowd-start",
+        "600",
+    ];
+    let (code, _, stderr, pinned) = run(SCALER, &pinned);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert_eq!(
+        pinned.expect("report")["flash_crowd"]["start_seconds"],
+        600.0
+    );
+}
+
+#[test]
+fn a_flash_crowd_needs_a_request_trace() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scaler_path = dir.path().join("scaler.yaml");
+    std::fs::write(&scaler_path, SCALER).expect("write scaler");
+    let metrics = dir.path().join("m.csv");
+    std::fs::write(&metrics, "t,running,waiting\n0,1,1\n").expect("write metrics");
+    let out = Command::new(env!("CARGO_BIN_EXE_llmscaler"))
+        .args(["simulate", "--scaler"])
+        .arg(&scaler_path)
+        .arg("--metrics")
+        .arg(&metrics)
+        .arg("--flash-crowd")
+        .output()
+        .expect("run llmscaler");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--flash-crowd"), "{stderr}");
+}

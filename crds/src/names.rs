@@ -186,7 +186,8 @@ names! {
         DrainResumed,
         /// Decision: lowered by `maxStepReplicas` towards a lower recommendation.
         StepCapped,
-        /// Decision: raised, but only as far as the `scaleUp` rate cap allows.
+        /// Decision: raised, but only as far as the evidence bound, coming capacity or the
+        /// `scaleUp` rate cap allows (docs/guards.md).
         ScaleUpLimited,
         /// Decision: the recommendation equals `spec.replicas`.
         Steady,

@@ -231,9 +231,10 @@ pub struct Startup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
     pub window_multiple: Option<String>,
-    /// Replicas requested by a scale-up but not Ready yet count as coming capacity: for one
-    /// start-up time after a scale-up, while they start, `metrics` do not raise `spec.replicas`
-    /// further (the capacity recommender still may: it does not compound). Default false.
+    /// Replicas requested by a scale-up count as coming capacity: for two start-up times after
+    /// a scale-up (one for them to start, one for the metrics to see them), `metrics` do not
+    /// raise `spec.replicas` further (the capacity recommender still may: it does not
+    /// compound). Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_starting_replicas: Option<bool>,
 }

@@ -187,6 +187,49 @@ pub fn scale(requests: &[Request], factor: f64, seed: u64) -> Vec<Request> {
     out
 }
 
+/// A flash crowd: for `duration_s` trace seconds from `start_s`, the arrival rate is multiplied
+/// by `factor` (≥ 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlashCrowd {
+    /// When the crowd arrives, trace seconds from the first request.
+    pub start_s: f64,
+    /// How long it lasts, seconds.
+    pub duration_s: f64,
+    /// Arrival-rate factor inside it (3 = three times the trace's own arrivals).
+    pub factor: f64,
+}
+
+impl FlashCrowd {
+    /// A crowd of `factor` × for `duration_s`, starting at a seeded uniform time in
+    /// `[0, last arrival − duration_s]` of `requests` (0 for a trace shorter than the crowd).
+    /// The same requests, duration and seed give the same start.
+    pub fn seeded(requests: &[Request], factor: f64, duration_s: f64, seed: u64) -> Self {
+        let last = requests.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
+        let room = (last - duration_s).max(0.0);
+        // A generator of its own (seed mixed), so the start does not follow --scale's draws.
+        let mut rng = SplitMix64::new(seed ^ 0xF1A5_C0DE_F1A5_C0DE);
+        Self {
+            start_s: (rng.next_f64() * room).floor(),
+            duration_s,
+            factor,
+        }
+    }
+
+    /// `requests` with the crowd added: every request arriving in `[start_s, start_s +
+    /// duration_s)` is kept, plus `factor − 1` copies in expectation as in [`scale`] (copies
+    /// keep its sizes and arrive up to [`COPY_SPREAD_S`] later). Sorted by arrival;
+    /// deterministic for the same input and seed.
+    pub fn apply(&self, requests: &[Request], seed: u64) -> Vec<Request> {
+        let end = self.start_s + self.duration_s;
+        let (inside, mut out): (Vec<Request>, Vec<Request>) = requests
+            .iter()
+            .partition(|r| r.arrival_s >= self.start_s && r.arrival_s < end);
+        out.extend(scale(&inside, self.factor.max(1.0), seed));
+        out.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        out
+    }
+}
+
 /// Maps trace seconds to wall seconds under `--speed X` (X times faster than real time).
 pub fn wall_seconds(trace_s: f64, speed: f64) -> f64 {
     trace_s / speed
@@ -201,6 +244,30 @@ mod tests {
         2023-11-16 18:15:50.9951690,396,109\n\
         2023-11-16 23:59:59.5,10,1\n\
         2023-11-17 00:00:00.5,20,2\n";
+
+    #[test]
+    fn a_flash_crowd_triples_arrivals_inside_its_window_only() {
+        let base: Vec<Request> = (0..1000)
+            .map(|i| Request {
+                arrival_s: f64::from(i),
+                prompt_tokens: 10,
+                output_tokens: 5,
+            })
+            .collect();
+        let crowd = FlashCrowd::seeded(&base, 3.0, 300.0, 7);
+        assert_eq!(crowd, FlashCrowd::seeded(&base, 3.0, 300.0, 7));
+        assert!((0.0..=699.0).contains(&crowd.start_s), "{crowd:?}");
+        let out = crowd.apply(&base, 7);
+        assert_eq!(out.len(), 1000 + 2 * 300);
+        let end = crowd.start_s + 300.0;
+        // Copies land up to COPY_SPREAD_S after the window; outside [start, end + 1 s) only the
+        // originals remain: 1000 − 300 in the window − 1 (the one at t = end).
+        let near = |t: f64| t >= crowd.start_s && t < end + COPY_SPREAD_S;
+        assert_eq!(out.iter().filter(|r| !near(r.arrival_s)).count(), 699);
+        assert!(out.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+        // A trace shorter than the crowd: it starts at 0.
+        assert_eq!(FlashCrowd::seeded(&base[..10], 3.0, 300.0, 7).start_s, 0.0);
+    }
 
     #[test]
     fn reads_azure_rows_as_seconds_from_the_first() {

@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod clock;
 pub mod conditions;
 pub(crate) mod contest;
+pub mod evidence;
 mod history;
 mod ratio;
 pub mod scale_up;
@@ -393,6 +394,15 @@ pub(crate) fn decide_with<E: Clone>(
     if policy.scale_up.apply_tolerance(&mut metrics, spec) {
         recommendation = best_recommendation(&metrics);
     }
+    // The evidence bound (docs/guards.md#evidence-bound): a ratio read on the Ready replicas
+    // supports at most doubling them (or 4 more) per sync, whatever the ratio.
+    let bounded_to = match signal {
+        Signal::Metrics(_) if evidence::apply(&mut metrics, baseline, spec) => {
+            recommendation = best_recommendation(&metrics);
+            Some(evidence::bound(baseline, spec))
+        }
+        Signal::Metrics(_) | Signal::Decision(_) => None,
+    };
     let capacity_recommendation = extras.capacity.as_ref().and_then(|(model, input)| {
         let outcome = model.outcome(input, policy.max_replicas);
         let r = outcome.recommendation.as_ref().ok().copied();
@@ -432,7 +442,10 @@ pub(crate) fn decide_with<E: Clone>(
         // A lowered maxReplicas applies at once, inside the window too, and a history restored
         // from status never holds the fleet above it.
         history.cap(policy.max_replicas);
-        history.record(now_ms, clamped, policy.window_ms)
+        let window_max = history.record(now_ms, clamped, policy.window_ms);
+        // The window holds, it never raises: a recommendation a guard kept from being written
+        // (coming capacity, a rate cap) is not replayed later; only this sync's may raise.
+        window_max.min(spec.max(clamped))
     } else {
         clamped
     };
@@ -473,6 +486,10 @@ pub(crate) fn decide_with<E: Clone>(
         && target > limit
     {
         target = limit;
+        reason = Reason::ScaleUpLimited;
+    }
+
+    if reason == Reason::ScaledUp && bounded_to == Some(target) {
         reason = Reason::ScaleUpLimited;
     }
 

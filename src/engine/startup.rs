@@ -24,6 +24,8 @@ struct Pending {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StartupTracker {
     pending: Vec<Pending>,
+    /// The latest scale-up noted, ms (the coming-capacity hold runs from it).
+    last_up_ms: Option<i64>,
     smoothed_s: Option<f64>,
 }
 
@@ -33,6 +35,7 @@ impl StartupTracker {
     pub fn seeded(seconds: Option<f64>) -> Self {
         Self {
             pending: Vec::new(),
+            last_up_ms: None,
             smoothed_s: seconds.filter(|s| s.is_finite() && *s >= 0.0),
         }
     }
@@ -44,6 +47,7 @@ impl StartupTracker {
 
     /// Notes that `spec.replicas` was raised to `to` at `now_ms`.
     pub(crate) fn note_scale_up(&mut self, now_ms: i64, to: i32) {
+        self.last_up_ms = Some(now_ms);
         if self.pending.len() >= MAX_PENDING {
             self.pending.remove(0);
         }
@@ -87,15 +91,22 @@ impl StartupTracker {
     }
 }
 
+/// How many start-up times the coming-capacity hold lasts after a scale-up: one for its
+/// replicas to start, one for the metrics to see them (a quantile or rate over a lookback
+/// window, and the queue that piled up while they started, still describe the smaller fleet).
+pub const HOLD_STARTUP_MULTIPLE: i64 = 2;
+
 /// Whether `metrics` may not raise `spec.replicas` at `now_ms` (`startup.countStartingReplicas`):
-/// replicas of a scale-up younger than the start-up time in force are still starting
-/// (`ready < spec`). `false` without `spec.startup` or with the option off.
+/// the latest scale-up is younger than [`HOLD_STARTUP_MULTIPLE`] × the start-up time in force.
+/// `false` without `spec.startup`, with the option off, or with a start-up time of 0. The
+/// counts are not needed (the hold runs from the scale-up, whether its replicas are Ready or
+/// not); they are kept for the callers' signature.
 pub(crate) fn holds_scale_up(
     spec: &LLMScalerSpec,
     tracker: &StartupTracker,
     now_ms: i64,
-    spec_replicas: i32,
-    ready: i32,
+    _spec_replicas: i32,
+    _ready: i32,
 ) -> bool {
     let on = spec
         .startup
@@ -107,11 +118,9 @@ pub(crate) fn holds_scale_up(
     };
     #[allow(clippy::cast_possible_truncation)]
     let startup_ms = (seconds * 1000.0).round().clamp(0.0, 1e15) as i64;
-    on && ready < spec_replicas
-        && tracker
-            .pending
-            .iter()
-            .any(|p| now_ms - p.since_ms < startup_ms)
+    on && tracker
+        .last_up_ms
+        .is_some_and(|t| now_ms - t < HOLD_STARTUP_MULTIPLE * startup_ms)
 }
 
 /// The start-up time in force, seconds: the measured one, else `startup.initialSeconds`
@@ -236,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn starting_replicas_hold_metric_scale_up_for_one_start_up_time() {
+    fn starting_replicas_hold_metric_scale_up_for_two_start_up_times() {
         let mut on = spec(Some(llmscaler_api::Startup {
             initial_seconds: Some(90),
             window_multiple: None,
@@ -246,10 +255,14 @@ mod tests {
         assert!(!holds_scale_up(&on, &t, 0, 4, 2), "nothing pending");
         t.note_scale_up(0, 4);
         assert!(holds_scale_up(&on, &t, 15_000, 4, 2));
-        assert!(!holds_scale_up(&on, &t, 15_000, 4, 4), "all Ready");
+        // Ready after one start-up time: the metrics still look back at the smaller fleet.
         assert!(
-            !holds_scale_up(&on, &t, 90_000, 4, 2),
-            "start-up time passed"
+            holds_scale_up(&on, &t, 90_000, 4, 4),
+            "second start-up time"
+        );
+        assert!(
+            !holds_scale_up(&on, &t, 180_000, 4, 4),
+            "two start-up times passed"
         );
         on.startup
             .as_mut()

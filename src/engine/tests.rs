@@ -228,8 +228,8 @@ fn scale_up_inside_the_window_is_immediate() {
         ..policy(1, 20)
     };
     let mut history = History::default();
-    decide(&p, &settled(2), &one_metric(2.0, "1"), &mut history, 0);
-    let d = decide(&p, &settled(2), &one_metric(5.0, "1"), &mut history, 10_000);
+    decide(&p, &settled(5), &one_metric(0.4, "1"), &mut history, 0);
+    let d = decide(&p, &settled(5), &one_metric(2.0, "1"), &mut history, 10_000);
     assert_eq!((d.replicas, d.action), (10, Action::ScaleUp));
 }
 
@@ -260,11 +260,11 @@ fn a_rollout_defers_scale_down_but_not_scale_up() {
         (d.replicas, d.action, d.reason),
         (3, Action::Deferred, Reason::RolloutInProgress)
     );
-    // A traffic spike during a slow LLM rollout gets its replicas: 3 x 4 / 1 = 12.
-    let d = run(&policy(1, 20), &rolling, &one_metric(4.0, "1"));
+    // A traffic spike during a slow LLM rollout gets its replicas: 3 x 2 / 1 = 6.
+    let d = run(&policy(1, 20), &rolling, &one_metric(2.0, "1"));
     assert_eq!(
         (d.replicas, d.action, d.reason),
-        (12, Action::ScaleUp, Reason::ScaledUp)
+        (6, Action::ScaleUp, Reason::ScaledUp)
     );
 }
 
@@ -299,11 +299,14 @@ fn the_rollout_predicate() {
 }
 
 #[test]
-fn saturating_value_recommends_max() {
-    let d = run(&policy(1, 7), &settled(3), &one_metric(1e300, "0.5"));
+fn saturating_value_is_bounded_then_clamped() {
+    // ceil(3 × 1e300 / 0.5) saturates at i32::MAX; the evidence bound from 3 Ready is 6; the
+    // clamp to maxReplicas 5 applies after it.
+    let d = run(&policy(1, 5), &settled(3), &one_metric(1e300, "0.5"));
+    assert_eq!(d.metrics[0].ratio, Some(2e300));
     assert_eq!(
         (d.replicas, d.recommendation, d.limited),
-        (7, Some(i32::MAX), Some(Limit::Max))
+        (5, Some(6), Some(Limit::Max))
     );
 }
 
@@ -562,8 +565,10 @@ fn restored_history_never_exceeds_max() {
         10_000,
     );
     assert_eq!((d.replicas, d.desired), (6, 6));
+    // Someone wrote 3 meanwhile and nothing is measurable: the window holds, it never raises
+    // (docs/guards.md#stabilization-window), so the held 3 stays.
     let d = decide(&p, &settled(3), &empty_metric(), &mut history, 20_000);
-    assert_eq!((d.replicas, d.desired, d.action), (6, 6, Action::ScaleUp));
+    assert_eq!((d.replicas, d.desired, d.action), (3, 3, Action::None));
     assert!(history.records().iter().all(|r| r.replicas <= 6));
 }
 
@@ -601,8 +606,10 @@ fn guardrail_raises_or_holds_but_never_lowers() {
         (4, 0.5, Ok(1.0), 1, Reason::ScaledDown),
         (4, 0.5, Ok(0.1), 1, Reason::ScaledDown),
         (4, 4.0, Ok(0.1), 8, Reason::ScaledUp),
-        // TTFT far above target raises beyond the queue's wish.
-        (4, 2.0, Ok(3.0), 12, Reason::ScaledUp),
+        // TTFT above target raises beyond the queue's wish...
+        (4, 2.0, Ok(1.75), 7, Reason::ScaledUp),
+        // ...by at most the evidence bound: 3× on 4 Ready asks 12, the bound is 2 × 4.
+        (4, 2.0, Ok(3.0), 8, Reason::ScaleUpLimited),
         // Unmeasurable guardrail (NaN over an idle window): neither holds nor lowers.
         (4, 0.5, nan(), 1, Reason::ScaledDown),
         (4, 2.0, nan(), 4, Reason::Steady),
@@ -648,4 +655,88 @@ fn guardrail_alone_never_lowers_and_a_skipped_queue_still_holds() {
     inputs[1].value = Ok(1.5);
     let d = run(&policy(1, 20), &settled(6), &Signal::Metrics(inputs));
     assert_eq!((d.replicas, d.action), (9, Action::ScaleUp));
+}
+
+/// docs/guards.md#evidence-bound, worked numbers: one Ready replica, a TTFT guardrail at 20×
+/// its target (17 s against 0.85 s), the queue below its target, a 300 s window.
+#[test]
+fn a_guardrail_20x_its_target_on_one_ready_replica_steps_to_2_not_20() {
+    let p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 128)
+    };
+    let signal: Signal<String> = Signal::Metrics(vec![
+        MetricInput {
+            name: "waiting".into(),
+            target: "8".into(),
+            value: Ok(3.0),
+            guardrail: false,
+        },
+        MetricInput {
+            name: "ttft-p90".into(),
+            target: "0.85".into(),
+            value: Ok(17.0),
+            guardrail: true,
+        },
+    ]);
+    let mut history = History::default();
+    // t = 0: ceil(1 × 17 / 0.85) = 20 unbounded; the bound is 2 × 1 = 2.
+    let d = decide(&p, &settled(1), &signal, &mut history, 0);
+    assert_eq!(d.metrics[1].ratio, Some(20.0));
+    assert_eq!(
+        (d.replicas, d.recommendation, d.action, d.reason),
+        (2, Some(2), Action::ScaleUp, Reason::ScaleUpLimited)
+    );
+    // t = 15 s..75 s: 1 Ready of 2, still 20×: the one starting counts as coming capacity
+    // (the queue alone would lower the fleet; the guardrail above its target holds it).
+    let starting = Observation {
+        spec_replicas: 2,
+        ready_replicas: 1,
+        rollout_in_progress: false,
+    };
+    for t in [15_000, 45_000, 75_000] {
+        let d = decide(&p, &starting, &signal, &mut history, t);
+        assert_eq!((d.replicas, d.reason), (2, Reason::GuardrailHeld), "t {t}");
+    }
+    // t = 90 s: both Ready and the reading still 20× (ceil(2 × 20) = 40): the next step, 4.
+    let d = decide(&p, &settled(2), &signal, &mut history, 90_000);
+    assert_eq!((d.replicas, d.reason), (4, Reason::ScaleUpLimited));
+    // The window never held more than was written.
+    assert!(history.records().iter().all(|r| r.replicas <= 4));
+}
+
+/// The window holds, it never raises: a recommendation held back by coming capacity is not
+/// replayed once its replicas are Ready.
+#[test]
+fn a_held_back_recommendation_is_not_replayed_by_the_window() {
+    let p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 20)
+    };
+    let hold = Extras {
+        capacity: None,
+        hold_metric_scale_up: true,
+    };
+    let mut history = History::default();
+    // 3 Ready of 4: the metric asks for 6 (ceil(3 × 2 / 1), within the bound 2 × 3); held at 4
+    // while the fourth starts.
+    let starting = Observation {
+        spec_replicas: 4,
+        ready_replicas: 3,
+        rollout_in_progress: false,
+    };
+    let d = decide_with(&p, &starting, &one_metric(2.0, "1"), &hold, &mut history, 0);
+    assert_eq!((d.replicas, d.reason), (4, Reason::ScaleUpLimited));
+    // 4 Ready, the metric now asks for 3: the recorded 6 does not raise the fleet.
+    let d = decide(
+        &p,
+        &settled(4),
+        &one_metric(0.75, "1"),
+        &mut history,
+        15_000,
+    );
+    assert_eq!(
+        (d.replicas, d.desired, d.reason),
+        (4, 4, Reason::ScaleDownStabilized)
+    );
 }

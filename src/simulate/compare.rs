@@ -141,6 +141,17 @@ pub struct PolicyReport {
     pub replica_seconds_vs_hpa: Option<f64>,
 }
 
+/// The flash crowd of a run (`--flash-crowd`).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct FlashCrowdReport {
+    /// Start, trace seconds.
+    pub start_seconds: f64,
+    /// Length, seconds.
+    pub duration_seconds: f64,
+    /// Arrival-rate factor inside it.
+    pub factor: f64,
+}
+
 /// The report of a run (JSON of `--report`).
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -164,6 +175,10 @@ pub struct Report {
     pub termination_grace_seconds: f64,
     /// Replicas at the start.
     pub initial_replicas: i32,
+    /// `--flash-crowd`: when the crowd arrived (trace seconds), how long it lasted (seconds) and
+    /// its arrival-rate factor; set by the caller that added it to the requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flash_crowd: Option<FlashCrowdReport>,
     /// Per policy: `llmscaler` and each comparator.
     pub policies: BTreeMap<String, PolicyReport>,
     /// `ideal`'s replicas served with the start-up time paid ([`startup_bound_replica_seconds`]),
@@ -352,6 +367,7 @@ pub fn run(
         scrape_interval_seconds: options.scrape_interval_seconds,
         termination_grace_seconds: options.termination_grace_seconds,
         initial_replicas: initial,
+        flash_crowd: None,
         policies,
         ideal_with_startup_replica_seconds: ideal_with_startup,
         timelines,

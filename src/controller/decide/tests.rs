@@ -120,7 +120,7 @@ fn a_contest_is_detected_reasserted_once_per_period_and_remembered() {
         &owned_before,
         &spec,
         &taken,
-        &signal(Some(6.0)),
+        &signal(Some(4.0)),
         false,
         &mut state,
         now,
@@ -130,7 +130,7 @@ fn a_contest_is_detected_reasserted_once_per_period_and_remembered() {
         plan.contested_by.as_deref(),
         Some("kubectl-client-side-apply")
     );
-    assert_eq!(plan.write.as_ref().map(|w| (w.from, w.to)), Some((1, 3)));
+    assert_eq!(plan.write.as_ref().map(|w| (w.from, w.to)), Some((1, 2)));
     assert_eq!(state.contest.last_contest_ms, Some(now));
     assert_eq!(
         ownership(
