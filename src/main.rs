@@ -149,6 +149,9 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
     let Some(metrics) = &args.metrics else {
         return fail(EXIT_INVALID, "one of --metrics or --requests is required");
     };
+    if let Err(refused) = simulate::refused_by_metrics(&scaler.spec) {
+        return fail(EXIT_INVALID, &refused);
+    }
     let startup_seconds = args.startup_seconds.unwrap_or(0.0);
     if !(startup_seconds.is_finite() && startup_seconds >= 0.0) {
         return fail(
