@@ -245,6 +245,26 @@ pub async fn evaluate(
     })
 }
 
+/// The spec fields `probe --scaler` cannot apply, by path: `serverHeadersFrom` names Secrets
+/// of the cluster, which a probe of a file does not read (`probe --name` does).
+///
+/// # Errors
+/// The first such field, with why.
+pub fn refused_by_scaler_file(spec: &LLMScalerSpec) -> Result<(), String> {
+    if spec
+        .server_headers_from
+        .as_ref()
+        .is_some_and(|h| !h.is_empty())
+    {
+        return Err(
+            "spec.serverHeadersFrom: probe --scaler does not read the cluster's Secrets; \
+             probe the applied scaler with --name, or put the header in serverHeaders for the probe"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
 /// Runs `llmscaler probe`: loads, defaults and validates the manifest, evaluates it once and
 /// prints the report on stdout. Returns the exit status: 0 recommendation, 4 recommendation
 /// with a metric skipped, 3 hold, 2 invalid spec (field-path messages on stderr), 1 other
@@ -260,6 +280,9 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
         Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
     };
     let spec = scaler.spec;
+    if let Err(refused) = refused_by_scaler_file(&spec) {
+        return fail(EXIT_INVALID, &refused);
+    }
     let ready = match args.ready {
         None => spec.min_replicas,
         Some(n) => match i32::try_from(n) {

@@ -14,6 +14,8 @@
 mod decide;
 mod drain;
 #[cfg(test)]
+mod fields;
+#[cfg(test)]
 mod tests;
 pub mod victims;
 
