@@ -311,23 +311,10 @@ fn progress<E: Clone + std::fmt::Display>(
         }
     }
     let elapsed_ms = now_ms - drain.started_ms;
-    let in_flight: Result<BTreeMap<String, f64>, String> =
-        if enabled && remove_now > 0 && elapsed_ms >= SETTLE_MS && !live.is_empty() {
-            match &observed.in_flight {
-                Some(Ok(values)) => Ok(values
-                    .iter()
-                    .filter(|(pod, _)| live.contains(pod))
-                    .map(|(pod, v)| (pod.clone(), *v))
-                    .collect()),
-                Some(Err(err)) => Err(err.to_string()),
-                None => Ok(BTreeMap::new()),
-            }
-        } else {
-            Ok(BTreeMap::new())
-        };
+    let in_flight = in_flight_of(observed, &live, elapsed_ms, enabled && remove_now > 0);
     let readings = in_flight.clone().unwrap_or_default();
     let drain_ms = budget_ms(spec);
-    memory.drain = Some(drain.clone());
+    memory.drain = Some(drain);
     match next(enabled, &live, &readings, remove_now, elapsed_ms, drain_ms) {
         Next::Cancel => {
             let why = if enabled {
@@ -336,41 +323,21 @@ fn progress<E: Clone + std::fmt::Display>(
                 "scaleDown.drain is off".to_owned()
             };
             put_back(memory, pods, plan, why);
-            memory.drain = None;
         }
         Next::Vanished => {
             memory.drain = None;
             start(spec, memory, observed, pods, plan);
         }
         Next::Wait => {
-            let total = in_flight
-                .as_ref()
-                .ok()
-                .filter(|m| !m.is_empty())
-                .map(|m| m.values().sum::<f64>());
-            #[allow(clippy::cast_possible_truncation)]
-            let total_i = total.map(|t| t.round() as i64);
-            if let Some(d) = memory.drain.as_mut() {
-                d.in_flight = total_i;
-            }
-            let reading = match (&in_flight, total) {
-                (Err(err), _) => format!("in-flight requests unknown ({err})"),
-                (Ok(_), Some(t)) => format!("{t} requests in flight"),
-                (Ok(_), None) if elapsed_ms < SETTLE_MS => {
-                    "in-flight requests read once the EndpointSlices settle".to_owned()
-                }
-                (Ok(_), None) => "in-flight requests not read".to_owned(),
-            };
+            let reading = wait_reading(memory, &in_flight, elapsed_ms);
+            let left = seconds_left(drain_ms, elapsed_ms);
             waiting(
                 spec,
                 target,
                 &live,
                 wanted,
                 plan,
-                format!(
-                    "{reading}; lowering at the latest in {} s",
-                    seconds_left(drain_ms, elapsed_ms)
-                ),
+                format!("{reading}; lowering at the latest in {left} s"),
             );
         }
         Next::Finish { remove, back } => {
@@ -388,6 +355,54 @@ fn progress<E: Clone + std::fmt::Display>(
             });
             memory.drain = None;
         }
+    }
+}
+
+/// The in-flight readings of the `live` drained pods this sync, when they count (`wanted`: the
+/// drain still waits for them) and the EndpointSlices have settled; empty when not read.
+fn in_flight_of<E: std::fmt::Display>(
+    observed: &Observation<'_, E>,
+    live: &[String],
+    elapsed_ms: i64,
+    wanted: bool,
+) -> Result<BTreeMap<String, f64>, String> {
+    if !wanted || elapsed_ms < SETTLE_MS || live.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    match &observed.in_flight {
+        Some(Ok(values)) => Ok(values
+            .iter()
+            .filter(|(pod, _)| live.contains(pod))
+            .map(|(pod, v)| (pod.clone(), *v))
+            .collect()),
+        Some(Err(err)) => Err(err.to_string()),
+        None => Ok(BTreeMap::new()),
+    }
+}
+
+/// What the waiting message says of the in-flight requests; their sum goes to status.
+fn wait_reading(
+    memory: &mut Memory,
+    in_flight: &Result<BTreeMap<String, f64>, String>,
+    elapsed_ms: i64,
+) -> String {
+    let total = in_flight
+        .as_ref()
+        .ok()
+        .filter(|m| !m.is_empty())
+        .map(|m| m.values().sum::<f64>());
+    #[allow(clippy::cast_possible_truncation)]
+    let total_i = total.map(|t| t.round() as i64);
+    if let Some(d) = memory.drain.as_mut() {
+        d.in_flight = total_i;
+    }
+    match (in_flight, total) {
+        (Err(err), _) => format!("in-flight requests unknown ({err})"),
+        (Ok(_), Some(t)) => format!("{t} requests in flight"),
+        (Ok(_), None) if elapsed_ms < SETTLE_MS => {
+            "in-flight requests read once the EndpointSlices settle".to_owned()
+        }
+        (Ok(_), None) => "in-flight requests not read".to_owned(),
     }
 }
 
