@@ -4,14 +4,12 @@
 //! write that fails stops the rest (`docs/writing-replicas.md`, `docs/scale-down.md`).
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Resource;
 use kube::api::{Api, ApiResource};
-use kube::runtime::events::{Event, EventType};
+use llmscaler_api::LLMScalerSpec;
 use llmscaler_api::names::ROTATION_LABEL;
-use llmscaler_api::{LLMScaler, LLMScalerSpec};
 
-use super::{Context, SyncContext, target, victims};
-use crate::engine::conditions::{self, EventSpec, WriteOutcome};
+use super::{SyncContext, events, target, victims};
+use crate::engine::conditions::WriteOutcome;
 use crate::step::{Effect, Plan};
 
 /// Carries out `plan`'s effects on the target of `spec` (resource `resource`). Returns what
@@ -75,34 +73,9 @@ async fn one(
                 .map_err(|e| e.to_string())?;
             ctx.telemetry.count_write(namespace, name, "replicas");
         }
-        Effect::Event(event) => publish(ctx, sync.scaler, std::slice::from_ref(event)).await,
+        Effect::Event(event) => {
+            events::publish(ctx, sync.scaler, std::slice::from_ref(event)).await
+        }
     }
     Ok(())
-}
-
-/// Publishes `events` on the scaler (a failure is logged, not returned: Events are best effort).
-pub(crate) async fn publish(ctx: &Context, scaler: &LLMScaler, events: &[EventSpec]) {
-    let reference = scaler.object_ref(&());
-    for spec in events {
-        if ctx.leadership.check().is_err() {
-            return;
-        }
-        let event = Event {
-            type_: if spec.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: spec.reason.as_str().to_owned(),
-            note: Some(conditions::clean_message(
-                &spec.note,
-                conditions::EVENT_NOTE_MAX_BYTES,
-            )),
-            action: spec.action.to_owned(),
-            secondary: None,
-        };
-        if let Err(err) = ctx.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %err, reason = %spec.reason, "cannot publish Event");
-        }
-    }
 }

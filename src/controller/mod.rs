@@ -19,6 +19,7 @@
 
 pub(crate) mod act;
 pub mod competitors;
+mod events;
 pub mod history;
 pub mod leadership;
 pub(crate) mod observe;
@@ -45,14 +46,18 @@ use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use llmscaler_api::names::FIELD_MANAGER;
 use llmscaler_api::{LLMScaler, apply_defaults};
 
+use crate::engine::capacity::CapacityInput;
 use crate::engine::clock::{Clock, SystemClock};
 use crate::engine::conditions;
+use crate::metrics::MetricError;
 use crate::metrics::MetricsClient;
 use crate::release::ReleaseError;
+use crate::step;
 use crate::step::Scaler;
 use crate::telemetry::Metrics;
 use leadership::{Leadership, NotLeader};
-use observe::Observation;
+use llmscaler_api::LLMScalerSpec;
+use observe::{Observation, Observed};
 use report::StatusError;
 use state::{ScalerKey, States};
 use target::Resolver;
@@ -504,7 +509,7 @@ async fn sync_once(sync: &SyncContext<'_>, step: &mut Scaler) -> (Result<(), Sta
         }
         Observation::SourceFailed(err) => conditions::source_failed(&err.to_string()),
         Observation::Observed(observed) => {
-            let input = observed.input(sync, &spec);
+            let input = step_input(&observed, sync, &spec);
             let plan = step.step(&input);
             let write = act::carry_out(sync, &spec, &observed.resource, &plan).await;
             let reported = report::report(sync, &spec, &observed, &plan, write).await;
@@ -514,4 +519,39 @@ async fn sync_once(sync: &SyncContext<'_>, step: &mut Scaler) -> (Result<(), Sta
         }
     };
     (report::failed(sync, failed).await, retry)
+}
+
+/// The step's input from what `observe` read, borrowing the typed errors.
+fn step_input<'a>(
+    observed: &'a Observed,
+    sync: &SyncContext<'a>,
+    spec: &LLMScalerSpec,
+) -> step::Observation<'a, &'a MetricError> {
+    step::Observation {
+        now_ms: sync.now_ms,
+        target: observe::view(&observed.target),
+        signal: observed.readings.signal(spec),
+        capacity: observed
+            .capacity
+            .as_ref()
+            .map(|(arrival, backlog)| CapacityInput {
+                arrival: arrival.as_ref().copied(),
+                backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
+            }),
+        activation: observed.activation.as_ref().map(|a| a.as_ref().copied()),
+        pods: observed.pods.clone(),
+        in_flight: observed
+            .in_flight
+            .as_ref()
+            .map(Result::as_ref)
+            .map(|r| r.cloned()),
+        deletion_costs: observed
+            .deletion_costs
+            .as_ref()
+            .map(Result::as_ref)
+            .map(|r| r.cloned()),
+        acting: step::Acting::of(sync.scaler, spec),
+        competitor: observed.competitor.clone(),
+        status: sync.scaler.status.as_ref(),
+    }
 }

@@ -12,11 +12,14 @@ use llmscaler_api::{LLMScalerSpec, ValidationErrors, check_spec};
 use super::pod_cache::PodInfo;
 use super::target::{self, TargetError, TargetState};
 use super::{SyncContext, competitors};
-use crate::engine::capacity::CapacityInput;
 use crate::metrics::PrometheusSource;
 use crate::metrics::per_pod::PodSet;
 use crate::metrics::{MetricError, MetricSource, Readings};
 use crate::step::{self, Reads, Scaler};
+
+/// One sync's readings of `spec.capacity`'s queries: the arrival rate (requests/s) and, with
+/// `backlogQuery`, the backlog (requests).
+pub(crate) type CapacityReadings = (Result<f64, MetricError>, Option<Result<f64, MetricError>>);
 
 /// What a sync found before its step.
 #[derive(Debug)]
@@ -46,50 +49,13 @@ pub(crate) struct Observed {
     /// Another autoscaler of the same target, from the shared HPA cache.
     pub competitor: Option<String>,
     /// The readings of `spec.capacity`'s queries, when it is set (Prometheus provider).
-    pub capacity: Option<(Result<f64, MetricError>, Option<Result<f64, MetricError>>)>,
+    pub capacity: Option<CapacityReadings>,
     /// The target's live pods, when the step asked for them.
     pub pods: Option<Result<Vec<step::Pod>, String>>,
     /// The drain's in-flight readings, when the step asked for them.
     pub in_flight: Option<Result<BTreeMap<String, f64>, MetricError>>,
     /// `deletionCostQuery`'s values, when the step asked for them.
     pub deletion_costs: Option<Result<BTreeMap<String, f64>, MetricError>>,
-}
-
-impl Observed {
-    /// The step's input, borrowing the typed errors.
-    pub fn input<'a>(
-        &'a self,
-        sync: &SyncContext<'a>,
-        spec: &LLMScalerSpec,
-    ) -> step::Observation<'a, &'a MetricError> {
-        step::Observation {
-            now_ms: sync.now_ms,
-            target: view(&self.target),
-            signal: self.readings.signal(spec),
-            capacity: self
-                .capacity
-                .as_ref()
-                .map(|(arrival, backlog)| CapacityInput {
-                    arrival: arrival.as_ref().copied(),
-                    backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
-                }),
-            activation: self.activation.as_ref().map(|a| a.as_ref().copied()),
-            pods: self.pods.clone(),
-            in_flight: self
-                .in_flight
-                .as_ref()
-                .map(Result::as_ref)
-                .map(|r| r.cloned()),
-            deletion_costs: self
-                .deletion_costs
-                .as_ref()
-                .map(Result::as_ref)
-                .map(|r| r.cloned()),
-            acting: step::Acting::of(sync.scaler, spec),
-            competitor: self.competitor.clone(),
-            status: sync.scaler.status.as_ref(),
-        }
-    }
 }
 
 /// Re-checks the (defaulted) spec, reads the target, builds the metric source once (reading
@@ -169,7 +135,7 @@ async fn read_target(
 
 type Extra = (
     Option<Result<f64, MetricError>>,
-    Option<(Result<f64, MetricError>, Option<Result<f64, MetricError>>)>,
+    Option<CapacityReadings>,
     Option<Result<BTreeMap<String, f64>, MetricError>>,
     Option<Result<BTreeMap<String, f64>, MetricError>>,
 );

@@ -14,7 +14,7 @@ use super::history::history_to_persist;
 use super::leadership::NotLeader;
 use super::observe::Observed;
 use super::target::TargetState;
-use super::{SyncContext, act};
+use super::{SyncContext, events};
 use crate::engine::conditions::{
     self, ConditionSpec, EventSpec, Ownership, SyncReport, WriteOutcome,
 };
@@ -109,7 +109,7 @@ async fn write_outcome(sync: &SyncContext<'_>, outcome: &Outcome) -> Result<(), 
     let now = Timestamp::from_millisecond(sync.now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
     let (status, events) = status(sync.scaler, outcome, now);
     write_status(sync, status).await?;
-    act::publish(sync.ctx, sync.scaler, &events).await;
+    events::publish(sync.ctx, sync.scaler, &events).await;
     Ok(())
 }
 

@@ -114,7 +114,7 @@ pub(crate) async fn extra_reads(
     spec_replicas: i32,
 ) -> (
     Option<Result<f64, MetricError>>,
-    Option<(Result<f64, MetricError>, Option<Result<f64, MetricError>>)>,
+    Option<crate::controller::observe::CapacityReadings>,
 ) {
     let MetricSource::Prometheus(prometheus) = source else {
         return (None, None);
