@@ -161,7 +161,33 @@ impl Drop for TestNamespace {
         if self.deleted {
             return;
         }
-        // Best effort on the failure path only: a panicking test must still not leak its namespace.
+        // Best effort on the failure path only: a panicking test must still not leak its namespace
+        // (nor hold it in Terminating with the operator's finalizer on its LLMScalers).
+        let scalers = std::process::Command::new(kubectl_path())
+            .args(["get", "llmscalers", "-n", &self.name, "-o", "name"])
+            .stderr(std::process::Stdio::null())
+            .output();
+        for scaler in scalers.iter().flat_map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        }) {
+            let _ = std::process::Command::new(kubectl_path())
+                .args([
+                    "patch",
+                    "-n",
+                    &self.name,
+                    &scaler,
+                    "--type",
+                    "merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
         let _ = std::process::Command::new(kubectl_path())
             .args(["delete", "namespace", &self.name, "--wait=false"])
             .stdout(std::process::Stdio::null())
