@@ -1,7 +1,8 @@
 //! The operator's finalizer (docs/uninstall.md#deleting-an-llmscaler) on the local cluster: an
 //! LLMScaler deleted while it drains puts its pods back in rotation and clears its pod marks
 //! within one sync period, the target keeping its replicas; deleted while the operator is
-//! stopped, the same happens when the operator comes back.
+//! stopped, the same happens when the operator comes back. A scaler paused mid-drain puts its
+//! drained pods back in rotation (docs/scale-down.md#drain).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -160,7 +161,7 @@ async fn handed_back(world: &World, scaler: &str, target: &str) -> anyhow::Resul
 
 #[tokio::test]
 #[ignore = "needs e2e/cluster up"]
-async fn a_deleted_scaler_puts_its_pods_back_and_unmarks_them_even_when_deleted_while_down()
+async fn a_paused_or_deleted_scaler_puts_its_drained_pods_back_even_when_deleted_while_down()
 -> anyhow::Result<()> {
     let mut world = World::new("finalizer").await?;
     let ns = world.namespace().to_owned();
@@ -168,6 +169,36 @@ async fn a_deleted_scaler_puts_its_pods_back_and_unmarks_them_even_when_deleted_
     let scalers: Api<DynamicObject> =
         Api::namespaced_with(world.client.clone(), &ns, &scaler_resource());
     world.start_operator("finalizer-1", &[]).await?;
+
+    // Paused mid-drain: the drained pods go back in rotation at once (nothing else is written).
+    draining(&world, "chat-p", "vllm-p").await?;
+    let pause =
+        json!({"metadata": {"annotations": {"autoscaling.modelsphere.dev/paused": "true"}}});
+    scalers
+        .patch("chat-p", &PatchParams::default(), &Patch::Merge(&pause))
+        .await?;
+    let start = Instant::now();
+    wait_for(
+        "the paused scaler's pods back in rotation",
+        DEADLINE,
+        || async {
+            let seen = pods_of(&pods, "vllm-p").await?;
+            let all_in = seen.len() == 4
+                && seen
+                    .values()
+                    .all(|(r, _)| r.as_deref() == Some(ROTATION_IN));
+            Ok(if all_in {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{seen:?}"))
+            })
+        },
+    )
+    .await?;
+    println!(
+        "paused mid-drain -> pods back in rotation: {:?}",
+        start.elapsed()
+    );
 
     // Deleted mid-drain while the operator runs.
     draining(&world, "chat", "vllm").await?;
