@@ -529,7 +529,7 @@ fn step_input<'a>(
 ) -> step::Observation<'a, &'a MetricError> {
     step::Observation {
         now_ms: sync.now_ms,
-        target: observe::view(&observed.target),
+        target: target_view(&observed.target),
         signal: observed.readings.signal(spec),
         capacity: observed
             .capacity
@@ -553,5 +553,17 @@ fn step_input<'a>(
         acting: step::Acting::of(sync.scaler, spec),
         competitor: observed.competitor.clone(),
         status: sync.scaler.status.as_ref(),
+    }
+}
+
+/// The step's view of the target.
+pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
+    step::Target {
+        spec_replicas: target.spec_replicas,
+        ready_replicas: target.ready_replicas,
+        rollout_in_progress: target.rollout_in_progress,
+        is_deployment: target.is_deployment,
+        owns_replicas: target.owns_replicas,
+        other_replicas_managers: target.other_replicas_managers.clone(),
     }
 }

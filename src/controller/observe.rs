@@ -86,7 +86,7 @@ pub(crate) async fn observe(sync: &SyncContext<'_>, scaler: &Scaler) -> Observat
         Ok(source) => source,
         Err(err) => return Observation::SourceFailed(err),
     };
-    let reads = scaler.reads(&view(&target), sync.namespace, sync.now_ms);
+    let reads = scaler.reads(&super::target_view(&target), sync.namespace, sync.now_ms);
     let (metric_pods, pods) = read_pods(sync, spec, &target, &reads).await;
     let prometheus = match &source {
         MetricSource::Prometheus(p) => Some(p),
@@ -242,18 +242,6 @@ async fn cached(sync: &SyncContext<'_>, selector: &Selector) -> Result<Vec<PodIn
         .pods(sync.namespace, selector)
         .await
         .map_err(|e| e.to_string())
-}
-
-/// The step's view of the target.
-pub(crate) fn view(target: &TargetState) -> step::Target {
-    step::Target {
-        spec_replicas: target.spec_replicas,
-        ready_replicas: target.ready_replicas,
-        rollout_in_progress: target.rollout_in_progress,
-        is_deployment: target.is_deployment,
-        owns_replicas: target.owns_replicas,
-        other_replicas_managers: target.other_replicas_managers.clone(),
-    }
 }
 
 /// The selector of the target's pods: its `spec.selector` (`matchLabels` and

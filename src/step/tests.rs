@@ -70,7 +70,7 @@ fn deployment(replicas: i32, managers: &[&str]) -> crate::controller::target::Ta
 }
 
 fn target(replicas: i32, managers: &[&str]) -> Target {
-    crate::controller::observe::view(&deployment(replicas, managers))
+    crate::controller::target_view(&deployment(replicas, managers))
 }
 
 /// Queue length `value` against target 2 (so `ready * value / 2` replicas), or nothing.
@@ -137,7 +137,7 @@ fn a_contest_is_detected_reasserted_once_per_period_and_remembered() {
     let now = clock.now().as_millisecond();
     let plan = step.step(&observation(
         &owned_before,
-        crate::controller::observe::view(&taken),
+        crate::controller::target_view(&taken),
         Some(6.0),
         now,
     ));
@@ -173,7 +173,7 @@ fn a_contest_is_detected_reasserted_once_per_period_and_remembered() {
         let now = clock.now().as_millisecond();
         let plan = step.step(&observation(
             &contested_now,
-            crate::controller::observe::view(&ours),
+            crate::controller::target_view(&ours),
             Some(2.0),
             now,
         ));
@@ -489,7 +489,7 @@ fn differential_spec() -> LLMScalerSpec {
 }
 
 /// The same readings and clock through the operator's path (the target and its pods as the
-/// controller reads them, [`crate::controller::observe::view`] and
+/// controller reads them, [`crate::controller::target_view`] and
 /// [`crate::controller::pod_cache::PodInfo::into_step`]) and through the `simulate --requests`
 /// replay ([`crate::simulate::policies::LlmscalerPolicy`]): the same `spec.replicas` walk and
 /// the same drain transitions, with every feature of the spec exercised.
@@ -554,7 +554,7 @@ fn the_operator_and_the_replay_take_the_same_steps() {
             })
         });
         let observed = Observation {
-            target: crate::controller::observe::view(&object),
+            target: crate::controller::target_view(&object),
             pods,
             ..seen.clone()
         };
