@@ -173,7 +173,10 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
         Ok(file) => file,
         Err(err) => return fail(1, &format!("cannot read {}: {err}", metrics.display())),
     };
-    let custom = scaler.spec.effective_provider() == llmscaler_api::MetricProvider::Custom;
+    let custom = match scaler.spec.effective_provider() {
+        llmscaler_api::MetricProvider::Prometheus => false,
+        llmscaler_api::MetricProvider::Custom => true,
+    };
     let rows = match simulate::input::read_rows(file, &columns, custom) {
         Ok(rows) => rows,
         Err(err) => return fail(EXIT_INVALID, &format!("{}: {err}", metrics.display())),

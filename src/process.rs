@@ -31,7 +31,7 @@ pub enum LogFormat {
 
 /// Sends `tracing` output to stderr in `format`, filtered by `RUST_LOG` (default `info`). A
 /// second call is a no-op.
-pub fn init_tracing(format: LogFormat) {
+pub(crate) fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: pod logs and CI logs get plain text.
@@ -106,7 +106,7 @@ impl Shutdown {
     }
 
     /// Whether shutdown was requested.
-    pub fn is_requested(&self) -> bool {
+    pub(crate) fn is_requested(&self) -> bool {
         *self.requested.borrow()
     }
 }

@@ -30,11 +30,11 @@ use crate::controller::target::{Resolver, TargetError, replicas_owners};
 use crate::controller::victims::selector_string;
 
 /// Exit status when the field and the marks were handed back.
-pub const EXIT_RELEASED: u8 = 0;
+pub(crate) const EXIT_RELEASED: u8 = 0;
 /// Exit status for a cluster or API failure.
-pub const EXIT_FAILURE: u8 = 1;
+pub(crate) const EXIT_FAILURE: u8 = 1;
 /// Exit status when refused: an unknown target form, or an active LLMScaler still targets it.
-pub const EXIT_REFUSED: u8 = 2;
+pub(crate) const EXIT_REFUSED: u8 = 2;
 
 /// Command-line arguments of `llmscaler release`.
 #[derive(clap::Args, Debug, Clone)]
@@ -145,7 +145,7 @@ pub fn parse_target(raw: &str) -> Result<TargetRef, ReleaseError> {
 /// `managedFields` without `manager`'s ownership of `f:spec.f:replicas` (entries on the main
 /// resource only; an entry left owning nothing is removed). `None` when `manager` owned no
 /// `spec.replicas`.
-pub fn without_replicas_ownership(managed_fields: &Value, manager: &str) -> Option<Value> {
+pub(crate) fn without_replicas_ownership(managed_fields: &Value, manager: &str) -> Option<Value> {
     let entries = managed_fields.as_array()?;
     let mut changed = false;
     let mut out = Vec::new();

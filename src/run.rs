@@ -98,13 +98,15 @@ pub enum RunError {
 /// [`RunError`] when the client, the listener or the Lease cannot be set up, or when the
 /// controller or leader election dies.
 pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
-    args.policy
-        .install(Some(&args.namespace))
+    let policy = args
+        .policy
+        .policy(Some(&args.namespace))
         .map_err(RunError::Policy)?;
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
-    let metrics_client = MetricsClient::new().map_err(RunError::MetricsClient)?;
+    let metrics_client =
+        MetricsClient::with_policy(policy.clone()).map_err(RunError::MetricsClient)?;
     let telemetry = Arc::new(Metrics::new());
     let identity = args.identity.clone().unwrap_or_else(default_identity);
 
@@ -134,6 +136,7 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         spawn_webhook(
             client.clone(),
             &args,
+            policy.clone(),
             telemetry.clone(),
             stop_rx.clone(),
             shutdown.clone(),
@@ -146,6 +149,7 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
     let operator = Operator {
         client,
         metrics_client,
+        policy,
         telemetry,
         identity,
         watch_namespaces: args.watch_namespace.clone(),
@@ -177,6 +181,7 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
 fn spawn_webhook(
     client: kube::Client,
     args: &RunArgs,
+    policy: llmscaler_api::OperatorPolicy,
     telemetry: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
     shutdown: Shutdown,
@@ -184,10 +189,15 @@ fn spawn_webhook(
     let (namespace, webhook_args) = (args.namespace.clone(), args.webhook.clone());
     let listen = args.webhook.webhook_listen;
     tokio::spawn(async move {
-        let serving =
-            llmscaler_webhooks::managed::run(client, &namespace, &webhook_args, async move {
+        let serving = llmscaler_webhooks::managed::run(
+            client,
+            &namespace,
+            &webhook_args,
+            policy,
+            async move {
                 let _ = stop.wait_for(|stop| *stop).await;
-            });
+            },
+        );
         tokio::pin!(serving);
         let result = tokio::select! {
             result = &mut serving => result,
@@ -212,6 +222,8 @@ fn spawn_webhook(
 struct Operator {
     client: kube::Client,
     metrics_client: MetricsClient,
+    /// The operator policy of the flags, for every controller's context.
+    policy: llmscaler_api::OperatorPolicy,
     telemetry: Arc<Metrics>,
     identity: String,
     /// Empty: every namespace.
@@ -251,6 +263,7 @@ impl Operator {
                 leadership.clone(),
             );
             ctx.max_concurrent_syncs = self.max_concurrent_syncs;
+            ctx.policy = self.policy.clone();
             let ctx = Arc::new(ctx);
             let mut stop = stop_rx.clone();
             Box::pin(controller::run(ctx, scope, async move {

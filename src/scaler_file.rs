@@ -47,7 +47,7 @@ pub fn load_scaler(path: &Path) -> Result<LLMScaler, ScalerFileError> {
     check_kind(&text).map_err(invalid)?;
     let mut scaler = llmscaler_api::validation::parse_llmscaler_yaml(&text).map_err(invalid)?;
     apply_defaults(&mut scaler.spec);
-    check_spec(&scaler.spec).map_err(invalid)?;
+    check_spec(&scaler.spec, &llmscaler_api::OperatorPolicy::default()).map_err(invalid)?;
     Ok(scaler)
 }
 

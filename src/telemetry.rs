@@ -276,12 +276,12 @@ impl Metrics {
     }
 
     /// Marks the process unhealthy for good (`/healthz` answers 503): a task it needs has died.
-    pub fn set_unhealthy(&self) {
+    pub(crate) fn set_unhealthy(&self) {
         self.healthy.store(false, Ordering::Relaxed);
     }
 
     /// Whether `/healthz` answers 200.
-    pub fn is_healthy(&self) -> bool {
+    pub(crate) fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
     }
 
@@ -296,7 +296,7 @@ impl Metrics {
     }
 
     /// Counts one write of `kind` (`replicas`, `status`, `deletion_cost`, `rotation`).
-    pub fn count_write(&self, namespace: &str, name: &str, kind: &str) {
+    pub(crate) fn count_write(&self, namespace: &str, name: &str, kind: &str) {
         self.note(namespace, name, |c| {
             c.writes.insert(kind.to_owned());
         });
@@ -310,7 +310,7 @@ impl Metrics {
     }
 
     /// Sets the last value read of `metric`.
-    pub fn set_metric_value(&self, namespace: &str, name: &str, metric: &str, value: f64) {
+    pub(crate) fn set_metric_value(&self, namespace: &str, name: &str, metric: &str, value: f64) {
         self.note(namespace, name, |c| {
             c.metrics.insert(metric.to_owned());
         });
@@ -324,7 +324,7 @@ impl Metrics {
     }
 
     /// Sets the target per replica of `metric`.
-    pub fn set_metric_target(&self, namespace: &str, name: &str, metric: &str, target: f64) {
+    pub(crate) fn set_metric_target(&self, namespace: &str, name: &str, metric: &str, target: f64) {
         self.note(namespace, name, |c| {
             c.metrics.insert(metric.to_owned());
         });
@@ -338,7 +338,7 @@ impl Metrics {
     }
 
     /// Counts one failed read of `metric`, by error `kind`.
-    pub fn count_metric_error(&self, namespace: &str, name: &str, metric: &str, kind: &str) {
+    pub(crate) fn count_metric_error(&self, namespace: &str, name: &str, metric: &str, kind: &str) {
         self.note(namespace, name, |c| {
             c.errors.insert((metric.to_owned(), kind.to_owned()));
         });
@@ -353,7 +353,7 @@ impl Metrics {
     }
 
     /// Sets the replica gauges of a scaler: ready, desired and (unless holding) recommended.
-    pub fn set_replicas(
+    pub(crate) fn set_replicas(
         &self,
         namespace: &str,
         name: &str,
@@ -427,7 +427,7 @@ impl Metrics {
     ///
     /// # Errors
     /// Only a formatting error of the encoder (not expected).
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)

@@ -3,6 +3,8 @@
 //! decode; before the streamed decoder the reply was materialised as JSON values (hundreds of
 //! MiB).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

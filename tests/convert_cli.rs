@@ -4,10 +4,12 @@
 //! the exit status. `LLMSCALER_BLESS=1 cargo test --test convert_cli` rewrites the expected files
 //! (review the diff before committing it).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use llmscaler_api::{LLMScaler, check_spec};
+use llmscaler_api::{LLMScaler, OperatorPolicy, check_spec};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -79,7 +81,7 @@ fn compare(case: &str, run: &Run, code: i32) {
         // What was printed is an LLMScaler an apply accepts.
         for doc in run.stdout.split("---\n") {
             let scaler: LLMScaler = serde_yaml::from_str(doc).expect("LLMScaler YAML");
-            check_spec(&scaler.spec).expect("valid spec");
+            check_spec(&scaler.spec, &OperatorPolicy::default()).expect("valid spec");
         }
     } else {
         assert!(

@@ -3,6 +3,8 @@
 //! `_bucket`/`_sum`/`_count` series of histograms), and the README lists every panel with the
 //! queries it runs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::path::Path;
 
 use llmscaler::telemetry::EXPORTED;

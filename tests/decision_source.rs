@@ -1,6 +1,8 @@
 //! The decision-server metric source (docs/providers.md#custom-provider-decision-server) against a
 //! real axum HTTP server on loopback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 mod support;
 
 use std::collections::BTreeMap;
@@ -118,7 +120,7 @@ fn source(client: &MetricsClient, url: &str, config: &Config<'_>) -> DecisionSou
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let endpoint = Endpoint::new(url, &headers)
+    let endpoint = Endpoint::new(url, &headers, client.policy())
         .expect("endpoint")
         .with_timeout(config.timeout);
     DecisionSource::new(

@@ -1,9 +1,11 @@
 //! Issue 11, item 1 (`docs/security.md#egress`): the operator-wide allow-list is enforced
 //! before connecting (IP literals, names) and again after DNS resolution (a name that passed
 //! the host check but resolves outside the allowed networks is never connected to); metadata
-//! addresses are refused; redirects are not followed. This binary installs one policy for the
-//! whole process: hosts `localhost`, `*.allowed.test`, networks `10.0.0.0/8` and
-//! `127.0.0.2/32`.
+//! addresses are refused; redirects are not followed. Every check gets the policy as a value
+//! (the metric client's, the validation's argument): hosts `localhost`, `*.allowed.test`,
+//! networks `10.0.0.0/8` and `127.0.0.2/32`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
 
 mod support;
 
@@ -17,16 +19,15 @@ use axum::http::header;
 use axum::routing::get;
 use llmscaler::metrics::{Endpoint, MetricsClient, PrometheusSource};
 use llmscaler_api::OperatorPolicy;
-use llmscaler_api::policy::{self, EgressPolicy};
+use llmscaler_api::policy::EgressPolicy;
 use support::{TestServer, init};
 
-fn install() {
-    let policy = OperatorPolicy {
+fn policy() -> OperatorPolicy {
+    OperatorPolicy {
         egress: EgressPolicy::parse(&["localhost", "*.allowed.test", "10.0.0.0/8", "127.0.0.2"])
             .expect("policy"),
         ..OperatorPolicy::default()
-    };
-    let _ = policy::install(policy);
+    }
 }
 
 /// A Prometheus-shaped server counting the requests it gets.
@@ -49,7 +50,7 @@ async fn counting_server() -> (TestServer, Arc<AtomicUsize>) {
 }
 
 fn source(client: &MetricsClient, address: &str) -> PrometheusSource {
-    let endpoint = Endpoint::new(address, &BTreeMap::new())
+    let endpoint = Endpoint::new(address, &BTreeMap::new(), client.policy())
         .expect("endpoint")
         .with_timeout(Duration::from_secs(3));
     PrometheusSource::new(client.clone(), endpoint)
@@ -58,8 +59,7 @@ fn source(client: &MetricsClient, address: &str) -> PrometheusSource {
 #[tokio::test]
 async fn allow_list_is_enforced_before_and_after_dns() {
     init();
-    install();
-    let client = MetricsClient::new().expect("client");
+    let client = MetricsClient::with_policy(policy()).expect("client");
     let (server, hits) = counting_server().await;
     let port = server.addr.port();
 
@@ -111,7 +111,7 @@ async fn allow_list_is_enforced_before_and_after_dns() {
 
 #[test]
 fn admission_names_server_address() {
-    install();
+    let policy = policy();
     for (address, why) in [
         ("http://169.254.169.254/", "always refused"),
         ("http://192.168.1.1:9090", "allow-list of server networks"),
@@ -125,7 +125,7 @@ fn admission_names_server_address() {
             "apiVersion: autoscaling.modelsphere.dev/v1alpha1\nkind: LLMScaler\nmetadata: {{name: x}}\nspec:\n  targetRef: {{apiVersion: apps/v1, kind: Deployment, name: vllm}}\n  serverAddress: {address}\n  minReplicas: 1\n  maxReplicas: 3\n  metrics: [{{query: avg(x), target: \"1\"}}]\n"
         );
         let scaler = llmscaler_api::validation::parse_llmscaler_yaml(&yaml).expect("parse");
-        let errors = llmscaler_api::validate_spec(&scaler.spec);
+        let errors = llmscaler_api::validate_spec(&scaler.spec, &policy);
         assert!(
             errors
                 .iter()
@@ -139,5 +139,5 @@ fn admission_names_server_address() {
     }
     let yaml = "apiVersion: autoscaling.modelsphere.dev/v1alpha1\nkind: LLMScaler\nmetadata: {name: x}\nspec:\n  targetRef: {apiVersion: apps/v1, kind: Deployment, name: vllm}\n  serverAddress: http://prom.allowed.test:9090\n  minReplicas: 1\n  maxReplicas: 3\n  metrics: [{query: avg(x), target: \"1\"}]\n";
     let scaler = llmscaler_api::validation::parse_llmscaler_yaml(yaml).expect("parse");
-    assert_eq!(llmscaler_api::validate_spec(&scaler.spec), vec![]);
+    assert_eq!(llmscaler_api::validate_spec(&scaler.spec, &policy), vec![]);
 }

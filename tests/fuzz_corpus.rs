@@ -5,6 +5,8 @@
 //! marker planted in the body. The long runs (1,000,000 executions per target, libFuzzer on
 //! nightly) are `bench/fuzz`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::path::Path;
 
 use llmscaler_webhooks::review::{Endpoint, handle};
@@ -121,8 +123,9 @@ fn run_target(target: &str, run: impl Fn(&[u8])) -> usize {
 #[test]
 fn admission_review_corpus() {
     let n = run_target("admission_review", |data| {
+        let policy = llmscaler_api::OperatorPolicy::default();
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-            let reply = handle(endpoint, Some("application/json"), data);
+            let reply = handle(endpoint, &policy, Some("application/json"), data);
             assert!((200..600).contains(&reply.status));
             assert!(serde_json::from_slice::<serde_json::Value>(&reply.body).is_ok());
         }

@@ -3,6 +3,8 @@
 //! trickles one byte a second within 10 s, while other clients are served meanwhile; an idle
 //! keep-alive connection is closed; past the connection limit a client gets 503.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

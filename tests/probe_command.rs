@@ -3,6 +3,8 @@
 //! 3 (hold), 2
 //! (invalid spec).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 mod support;
 
 use std::path::Path;

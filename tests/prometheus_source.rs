@@ -3,6 +3,8 @@
 //! scraping a vLLM-like exporter on loopback. Needs the `prometheus` binary; fails (never skips)
 //! without it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 mod support;
 
 use std::collections::BTreeMap;

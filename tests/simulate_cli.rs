@@ -2,6 +2,8 @@
 //! case per row of the worked-numbers table in `docs/scaling.md#worked-numbers`, plus the input
 //! error cases.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::path::Path;
 use std::process::Command;
 

@@ -3,6 +3,8 @@
 //! errors for a query outside the PromQL subset and an unknown comparator; runtime signals and a
 //! TTFT guardrail (docs/signals.md#in-the-replay).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -2,6 +2,8 @@
 //! by `llmscaler-certs`, a rustls client trusts only the generated CA, and every check waits on
 //! a condition with a deadline, never on a fixed sleep.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -32,7 +32,8 @@
 //!         tracing::warn!(error = %e, "new serving certificate not loaded");
 //!     }
 //! }));
-//! llmscaler_webhooks::server::serve(listener, resolver, shutdown).await?;
+//! let context = llmscaler_webhooks::server::WebhookContext::new(policy);
+//! llmscaler_webhooks::server::serve(listener, resolver, shutdown, context).await?;
 //! ```
 //!
 //! # Permissions
@@ -56,37 +57,37 @@ pub use store::{ensure, inject_ca_bundle, maintain, sync_secret};
 
 /// Field manager of the server-side apply that writes `caBundle` into the webhook
 /// configurations.
-pub const CA_BUNDLE_FIELD_MANAGER: &str = "llmscaler-cabundle";
+pub(crate) const CA_BUNDLE_FIELD_MANAGER: &str = "llmscaler-cabundle";
 /// Field manager of the Secret's create and update.
-pub const SECRET_FIELD_MANAGER: &str = "llmscaler-certs";
+pub(crate) const SECRET_FIELD_MANAGER: &str = "llmscaler-certs";
 /// Label put on the Secret.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY: &str = "llmscaler";
+pub(crate) const MANAGED_BY: &str = "llmscaler";
 /// Secret key of the active CA certificate (PEM).
 pub const CA_CERT: &str = "ca.crt";
 /// Secret key of the active CA private key (PEM, PKCS#8).
-pub const CA_KEY: &str = "ca.key";
+pub(crate) const CA_KEY: &str = "ca.key";
 /// Secret key of the CA being introduced (PEM), present during a CA switch.
-pub const NEXT_CA_CERT: &str = "next-ca.crt";
+pub(crate) const NEXT_CA_CERT: &str = "next-ca.crt";
 /// Secret key of the private key of the CA being introduced.
-pub const NEXT_CA_KEY: &str = "next-ca.key";
+pub(crate) const NEXT_CA_KEY: &str = "next-ca.key";
 /// Secret key of the CA replaced by the last switch, kept in the bundle until it expires.
-pub const PREVIOUS_CA_CERT: &str = "previous-ca.crt";
+pub(crate) const PREVIOUS_CA_CERT: &str = "previous-ca.crt";
 /// Secret key of the serving certificate (PEM, leaf only).
-pub const TLS_CERT: &str = "tls.crt";
+pub(crate) const TLS_CERT: &str = "tls.crt";
 /// Secret key of the serving certificate's private key (PEM, PKCS#8).
 pub const TLS_KEY: &str = "tls.key";
 /// Secret key of the bundle the API server must trust: previous, active and next CA (PEM).
 pub const CA_BUNDLE: &str = "ca-bundle.crt";
 
 /// Default lifetime of a CA: 365 days.
-pub const DEFAULT_CA_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+pub(crate) const DEFAULT_CA_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Default lifetime of a serving certificate: 30 days.
-pub const DEFAULT_SERVING_VALIDITY: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const DEFAULT_SERVING_VALIDITY: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Default time between two checks of the Secret and the webhook configurations: 10 s, so a
 /// deleted Secret is recreated and re-injected well within 30 s.
-pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Where the certificates live and what they are for.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,12 +15,12 @@ use x509_parser::extensions::GeneralName;
 use crate::{CertConfig, Error};
 
 /// Common name of the operator's CA.
-pub const CA_COMMON_NAME: &str = "llmscaler-webhook-ca";
+pub(crate) const CA_COMMON_NAME: &str = "llmscaler-webhook-ca";
 /// Organization of every certificate made here.
-pub const ORGANIZATION: &str = "llmscaler";
+pub(crate) const ORGANIZATION: &str = "llmscaler";
 /// How far back `notBefore` is set, to tolerate clock skew between the operator and the API
 /// server.
-pub const BACKDATE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 /// The certificate material kept in the Secret (all PEM text).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -71,7 +71,7 @@ impl CertState {
     }
 
     /// The serving certificate, its key and the CA bundle.
-    pub fn serving_pems(&self) -> ServingPems {
+    pub(crate) fn serving_pems(&self) -> ServingPems {
         ServingPems {
             cert_chain_pem: self.tls_cert_pem.clone(),
             key_pem: self.tls_key_pem.clone(),
@@ -100,12 +100,12 @@ impl CertInfo {
     }
 
     /// Total lifetime.
-    pub fn lifetime(&self) -> time::Duration {
+    pub(crate) fn lifetime(&self) -> time::Duration {
         self.not_after - self.not_before
     }
 
     /// Whether at most a third of the lifetime is left at `now` (the renewal point).
-    pub fn due_for_renewal(&self, now: OffsetDateTime) -> bool {
+    pub(crate) fn due_for_renewal(&self, now: OffsetDateTime) -> bool {
         self.remaining(now) * 3 <= self.lifetime()
     }
 }
@@ -158,7 +158,7 @@ fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
 }
 
 /// Whether `leaf_pem` is signed by `ca_pem`'s key.
-pub fn signed_by(leaf_pem: &str, ca_pem: &str) -> bool {
+pub(crate) fn signed_by(leaf_pem: &str, ca_pem: &str) -> bool {
     let Ok((_, leaf)) = x509_parser::pem::parse_x509_pem(leaf_pem.as_bytes()) else {
         return false;
     };
@@ -194,7 +194,7 @@ fn to_time(duration: Duration) -> time::Duration {
 ///
 /// # Errors
 /// [`Error::Generate`] when rcgen fails.
-pub fn new_ca(now: OffsetDateTime, validity: Duration) -> Result<(String, String), Error> {
+pub(crate) fn new_ca(now: OffsetDateTime, validity: Duration) -> Result<(String, String), Error> {
     let key = KeyPair::generate().map_err(generate("the CA key"))?;
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
@@ -226,7 +226,7 @@ pub fn new_ca(now: OffsetDateTime, validity: Duration) -> Result<(String, String
 /// # Errors
 /// [`Error::Parse`] when the CA cannot be read, [`Error::Generate`] when rcgen fails (e.g. an
 /// invalid DNS name).
-pub fn new_serving(
+pub(crate) fn new_serving(
     ca_cert_pem: &str,
     ca_key_pem: &str,
     sans: &[String],
@@ -306,7 +306,7 @@ pub fn new_state(cfg: &CertConfig, now: OffsetDateTime) -> Result<CertState, Err
 ///
 /// # Errors
 /// As [`new_ca`] and [`new_serving`].
-pub fn renew(
+pub(crate) fn renew(
     state: &CertState,
     cfg: &CertConfig,
     now: OffsetDateTime,

@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// How many conflicting writes [`sync_secret`] retries before giving up until the next check.
-pub const MAX_WRITE_ATTEMPTS: u32 = 5;
+pub(crate) const MAX_WRITE_ATTEMPTS: u32 = 5;
 
 impl CertState {
     /// Reads the state from a Secret's `data`; `None` when a required entry (CA, serving

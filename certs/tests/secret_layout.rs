@@ -1,6 +1,8 @@
 //! The Secret layout: a state survives the round trip through `data`, and an incomplete Secret
 //! reads as absent.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use k8s_openapi::api::core::v1::Secret;
 use llmscaler_certs::{CA_BUNDLE, CA_CERT, CertConfig, CertState, TLS_KEY, pki};
 

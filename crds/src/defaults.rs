@@ -7,10 +7,10 @@ use crate::types::{LLMScalerSpec, MetricProvider, ScaleDown, ScaleDownBehavior};
 /// `syncPeriodSeconds` default, seconds (docs/resource.md).
 pub const SYNC_PERIOD_SECONDS: i32 = 15;
 /// `retryPeriodSeconds` default, seconds (docs/resource.md).
-pub const RETRY_PERIOD_SECONDS: i32 = 10;
+pub(crate) const RETRY_PERIOD_SECONDS: i32 = 10;
 /// `customProvider.path` default (docs/resource.md,
 /// docs/providers.md#custom-provider-decision-server).
-pub const DECISIONS_PATH: &str = "/decisions";
+pub(crate) const DECISIONS_PATH: &str = "/decisions";
 
 /// Fills every default of docs/admission.md#defaults that is not set: `metricProvider: Prometheus`,
 /// `syncPeriodSeconds: 15`, `retryPeriodSeconds: 10`, `customProvider.path: /decisions` (when a
@@ -47,31 +47,12 @@ mod tests {
     use crate::types::{CustomProvider, TargetRef};
 
     fn minimal() -> LLMScalerSpec {
-        LLMScalerSpec {
-            target_ref: TargetRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                name: "vllm".into(),
-            },
-            metric_provider: None,
-            custom_provider: None,
-            server_address: "http://prometheus:9090".into(),
-            server_headers: None,
-            server_headers_from: None,
-            min_replicas: 1,
-            max_replicas: 5,
-            metrics: None,
-            sync_period_seconds: None,
-            retry_period_seconds: None,
-            scale_down: None,
-            scale_up: None,
-            mode: None,
-            activation: None,
-            schedules: None,
-            preemption: None,
-            capacity: None,
-            startup: None,
-        }
+        let target = TargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "vllm".into(),
+        };
+        LLMScalerSpec::new(target, "http://prometheus:9090", 1, 5)
     }
 
     #[test]

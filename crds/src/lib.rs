@@ -6,6 +6,7 @@
 pub mod defaults;
 pub mod names;
 pub mod policy;
+mod promql;
 pub mod schedule;
 pub mod signals;
 pub mod types;
@@ -18,7 +19,7 @@ pub use policy::OperatorPolicy;
 pub use types::*;
 pub use validation::{
     FieldError, ValidationErrors, check_spec, parse_positive, parse_target, parse_threshold,
-    parse_tolerance, parse_window_multiple, validate_spec, validate_spec_with,
+    parse_tolerance, parse_window_multiple, validate_spec,
 };
 
 /// The CustomResourceDefinition of [`LLMScaler`] as YAML, exactly as committed in
@@ -42,104 +43,27 @@ pub fn spec_warnings(spec: &LLMScalerSpec) -> Vec<String> {
     if spec.preemption.is_some() {
         warnings.push("spec.preemption is accepted but has no effect".to_string());
     }
-    if spec.effective_provider() == MetricProvider::Prometheus {
-        for (i, metric) in spec.metrics().iter().enumerate() {
-            if !metric.is_per_pod()
-                && !metric.query.trim().is_empty()
-                && !is_aggregated(&metric.query)
-            {
-                warnings.push(format!(
-                    "spec.metrics[{i}].query has no aggregation at its top; it must return exactly one series (wrap it in avg(...) or sum(...))"
-                ));
-            }
-        }
-        if spec.min_replicas == 0 && spec.max_replicas > 0 && spec.activation.is_none() {
-            warnings.push(
-                "spec.minReplicas is 0 without spec.activation: at zero pods the per-pod metrics have no series, every metric is skipped and the fleet is held at zero; it may never wake. Add spec.activation with a query on a series that exists without pods (a gateway's queue or request rate)".to_string(),
-            );
-        }
+    match spec.effective_provider() {
+        MetricProvider::Prometheus => prometheus_warnings(spec, &mut warnings),
+        MetricProvider::Custom => {}
     }
     warnings
 }
 
-/// Whether a PromQL expression starts with an aggregation or a single-series function (`avg(...)`,
-/// `sum by (...) (...)`, `topk(...)`, `scalar(...)`, `vector(...)`, a number). A heuristic for a
-/// warning, not a rule: only the leading operation is looked at, so `sum(a) / sum(b)` passes and
-/// `rate(a[1m]) / sum(b)` warns; `sum by (x)` and `topk` can still return several series, which
-/// the operator reports at run time ("aggregate it").
-/// The leading operation of a PromQL text, for the text heuristics of admission warnings and
-/// `perPod` checks: its first identifier (`sum`, `rate`, a metric name) and the text after it,
-/// outer parentheses and whitespace skipped. `None` when the text starts with a number.
-pub(crate) fn leading_operation(query: &str) -> Option<(&str, &str)> {
-    let q = query.trim().trim_start_matches('(').trim_start();
-    if q.parse::<f64>().is_ok() {
-        return None;
+fn prometheus_warnings(spec: &LLMScalerSpec, warnings: &mut Vec<String>) {
+    for (i, metric) in spec.metrics().iter().enumerate() {
+        if !metric.is_per_pod()
+            && !metric.query.trim().is_empty()
+            && !promql::is_aggregated(&metric.query)
+        {
+            warnings.push(format!(
+                "spec.metrics[{i}].query has no aggregation at its top; it must return exactly one series (wrap it in avg(...) or sum(...))"
+            ));
+        }
     }
-    let end = q
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(q.len());
-    Some((&q[..end], q[end..].trim_start()))
-}
-
-fn is_aggregated(query: &str) -> bool {
-    const SINGLE_SERIES: [&str; 14] = [
-        "sum",
-        "avg",
-        "min",
-        "max",
-        "count",
-        "group",
-        "stddev",
-        "stdvar",
-        "topk",
-        "bottomk",
-        "quantile",
-        "scalar",
-        "vector",
-        "histogram_quantile",
-    ];
-    let Some((ident, rest)) = leading_operation(query) else {
-        return true;
-    };
-    if SINGLE_SERIES.contains(&ident)
-        && (rest.starts_with('(') || rest.starts_with("by") || rest.starts_with("without"))
-    {
-        // `histogram_quantile` keeps the labels of its input: only single-series when the input
-        // is aggregated, which the inner check below decides.
-        if ident == "histogram_quantile" {
-            return rest
-                .trim_start_matches('(')
-                .split_once(',')
-                .is_some_and(|(_, inner)| is_aggregated(inner));
-        }
-        return true;
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn aggregation_detection() {
-        for q in [
-            "avg(vllm:num_requests_waiting{app=\"x\"})",
-            "sum by (app) (rate(x[1m]))",
-            " max(x)",
-            "scalar(x)",
-            "42",
-            "histogram_quantile(0.9, sum by (le) (rate(ttft_bucket[1m])))",
-        ] {
-            assert!(is_aggregated(q), "{q}");
-        }
-        for q in [
-            "vllm:num_requests_waiting",
-            "rate(x[1m])",
-            "histogram_quantile(0.9, rate(ttft_bucket[1m]))",
-            "summary_metric",
-        ] {
-            assert!(!is_aggregated(q), "{q}");
-        }
+    if spec.min_replicas == 0 && spec.max_replicas > 0 && spec.activation.is_none() {
+        warnings.push(
+            "spec.minReplicas is 0 without spec.activation: at zero pods the per-pod metrics have no series, every metric is skipped and the fleet is held at zero; it may never wake. Add spec.activation with a query on a series that exists without pods (a gateway's queue or request rate)".to_string(),
+        );
     }
 }

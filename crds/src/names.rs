@@ -109,7 +109,12 @@ names! {
 }
 
 names! {
-    /// Condition and Event reasons (`docs/conditions.md`).
+    /// Every reason the operator gives (`docs/conditions.md`), one vocabulary: condition
+    /// reasons, Event reasons and the reason of each sync's decision (the engine's, in the
+    /// `sync` log line, the `ScaledUp`/`ScaledDown` Event note and `simulate`'s `reason`
+    /// column). Some are several at once (`ScaledUp` is an Event and a decision,
+    /// `RolloutInProgress` a condition reason and a decision); [`Reason::is_decision`] and
+    /// [`Reason::is_event_only`] say which.
     pub enum Reason {
         /// Everything is in order.
         AsExpected,
@@ -119,7 +124,11 @@ names! {
         TargetNotFound,
         /// Reading the target failed for another reason than not-found (RBAC, timeouts).
         TargetUnreadable,
-        /// No metric could be measured: the fleet is held.
+        /// No metric could be measured: the fleet is held. As a decision: nothing measurable
+        /// (or the decision server failed, or a metric was skipped while the others wanted
+        /// fewer replicas) and the held `spec.replicas` stays as it is. (When the clamp or the
+        /// window moves a held value, the decision's reason is the move's: `ScaledDown`,
+        /// `StepCapped`, `ScaledUp` or a deferral.)
         MetricsUnavailable,
         /// Some metrics could be measured, others were skipped.
         SomeMetricsSkipped,
@@ -127,9 +136,10 @@ names! {
         ValidMetrics,
         /// The last sync could change replicas.
         ReadyForNewScale,
-        /// A Deployment rollout is in progress.
+        /// A Deployment rollout is in progress (a decision: the change is deferred).
         RolloutInProgress,
-        /// The previous scale-down has not settled.
+        /// The previous scale-down has not settled (`readyReplicas != spec.replicas`; a
+        /// decision: deferred).
         ScaleDownNotSettled,
         /// Writing the target failed.
         WriteFailed,
@@ -160,9 +170,9 @@ names! {
         /// Another autoscaler (an HPA, or the HPA of a KEDA ScaledObject) scales the same
         /// target: the operator holds and writes nothing, rather than a write war.
         CompetingAutoscaler,
-        /// Event: replicas raised.
+        /// Event: replicas raised. Decision: raised to the recommendation.
         ScaledUp,
-        /// Event: replicas lowered.
+        /// Event: replicas lowered. Decision: lowered to the (stabilized) recommendation.
         ScaledDown,
         /// Event: replicas written again after another manager changed them.
         ReplicasReasserted,
@@ -174,21 +184,100 @@ names! {
         /// earlier leader or process) are drained on; the clock continues from
         /// `status.draining.since`.
         DrainResumed,
+        /// Decision: lowered by `maxStepReplicas` towards a lower recommendation.
+        StepCapped,
+        /// Decision: raised, but only as far as the `scaleUp` rate cap allows.
+        ScaleUpLimited,
+        /// Decision: the recommendation equals `spec.replicas`.
+        Steady,
+        /// Decision: the raw recommendation is lower but the stabilization window keeps the
+        /// fleet.
+        ScaleDownStabilized,
+        /// Decision: the recommendation is lower but a guardrail metric above its target holds
+        /// the fleet (`docs/signals.md#guardrails`).
+        GuardrailHeld,
     }
 }
 
 impl Reason {
-    /// Whether the reason names an Event only, never a condition.
+    /// Whether the reason names an Event only, never a condition nor a decision.
     pub const fn is_event_only(self) -> bool {
-        matches!(
-            self,
+        match self {
+            Reason::ReplicasReasserted
+            | Reason::DrainStarted
+            | Reason::DrainCancelled
+            | Reason::DrainResumed => true,
+            Reason::AsExpected
+            | Reason::InvalidSpec
+            | Reason::TargetNotFound
+            | Reason::TargetUnreadable
+            | Reason::MetricsUnavailable
+            | Reason::SomeMetricsSkipped
+            | Reason::ValidMetrics
+            | Reason::ReadyForNewScale
+            | Reason::RolloutInProgress
+            | Reason::ScaleDownNotSettled
+            | Reason::WriteFailed
+            | Reason::DeletionCostFailed
+            | Reason::Draining
+            | Reason::DrainFailed
+            | Reason::TooFewReplicas
+            | Reason::TooManyReplicas
+            | Reason::DesiredWithinRange
+            | Reason::OtherFieldManager
+            | Reason::OwnedByLLMScaler
+            | Reason::NotClaimed
+            | Reason::Paused
+            | Reason::AdvisoryMode
+            | Reason::CompetingAutoscaler
+            | Reason::ScaledUp
+            | Reason::ScaledDown
+            | Reason::StepCapped
+            | Reason::ScaleUpLimited
+            | Reason::Steady
+            | Reason::ScaleDownStabilized
+            | Reason::GuardrailHeld => false,
+        }
+    }
+
+    /// Whether a sync's decision can have this reason (`docs/conditions.md#decision-reasons`).
+    pub const fn is_decision(self) -> bool {
+        match self {
             Reason::ScaledUp
-                | Reason::ScaledDown
-                | Reason::ReplicasReasserted
-                | Reason::DrainStarted
-                | Reason::DrainCancelled
-                | Reason::DrainResumed
-        )
+            | Reason::ScaledDown
+            | Reason::StepCapped
+            | Reason::ScaleUpLimited
+            | Reason::Steady
+            | Reason::ScaleDownStabilized
+            | Reason::GuardrailHeld
+            | Reason::MetricsUnavailable
+            | Reason::RolloutInProgress
+            | Reason::ScaleDownNotSettled => true,
+            Reason::AsExpected
+            | Reason::InvalidSpec
+            | Reason::TargetNotFound
+            | Reason::TargetUnreadable
+            | Reason::SomeMetricsSkipped
+            | Reason::ValidMetrics
+            | Reason::ReadyForNewScale
+            | Reason::WriteFailed
+            | Reason::DeletionCostFailed
+            | Reason::Draining
+            | Reason::DrainFailed
+            | Reason::TooFewReplicas
+            | Reason::TooManyReplicas
+            | Reason::DesiredWithinRange
+            | Reason::OtherFieldManager
+            | Reason::OwnedByLLMScaler
+            | Reason::NotClaimed
+            | Reason::Paused
+            | Reason::AdvisoryMode
+            | Reason::CompetingAutoscaler
+            | Reason::ReplicasReasserted
+            | Reason::DrainStarted
+            | Reason::DrainCancelled
+            | Reason::DrainResumed => false,
+        }
     }
 }
 
@@ -213,5 +302,25 @@ mod tests {
         assert_eq!(Reason::OwnedByLLMScaler.to_string(), "OwnedByLLMScaler");
         let mut seen = std::collections::BTreeSet::new();
         assert!(Reason::ALL.iter().all(|r| seen.insert(r.as_str())));
+        let decisions: Vec<&str> = Reason::ALL
+            .iter()
+            .filter(|r| r.is_decision())
+            .map(|r| r.as_str())
+            .collect();
+        assert_eq!(
+            decisions,
+            [
+                "MetricsUnavailable",
+                "RolloutInProgress",
+                "ScaleDownNotSettled",
+                "ScaledUp",
+                "ScaledDown",
+                "StepCapped",
+                "ScaleUpLimited",
+                "Steady",
+                "ScaleDownStabilized",
+                "GuardrailHeld",
+            ]
+        );
     }
 }

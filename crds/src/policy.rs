@@ -3,13 +3,14 @@
 //! and an upper bound on `maxReplicas`. Pure: the webhook checks it at admission, the
 //! controller again before every request and, for addresses, after DNS resolution.
 //!
-//! The policy is set once per process ([`install`]) from the `llmscaler run` flags
+//! The policy is a value, built once from the `llmscaler run` / `llmscaler webhook` flags
 //! (`--allowed-server-addresses`, `--allow-tenant-header`, `--max-replicas-cap`, the Helm values
-//! `egress.allowedServerAddresses`, `egress.allowTenantHeader`, `maxReplicasCap`);
-//! [`current`] gives the default policy when none was installed.
+//! `egress.allowedServerAddresses`, `egress.allowTenantHeader`, `maxReplicasCap`) and passed to
+//! whoever checks against it: the webhook's and the controller's contexts, the metric client.
+//! Commands without those flags (`probe`, `simulate`, `convert`) use
+//! [`OperatorPolicy::default`].
 
 use std::net::IpAddr;
-use std::sync::OnceLock;
 
 use ipnet::IpNet;
 
@@ -17,7 +18,7 @@ use ipnet::IpNet;
 /// cloud metadata services and link-local ranges (AWS, GCP, Azure, OpenStack use
 /// `169.254.169.254`; Alibaba `100.100.100.200`; AWS' IPv6 metadata `fd00:ec2::254`), and the
 /// "this host" network `0.0.0.0/8` / `::`.
-pub const BLOCKED_NETWORKS: &[&str] = &[
+pub(crate) const BLOCKED_NETWORKS: &[&str] = &[
     "169.254.0.0/16",
     "fe80::/10",
     "100.100.100.200/32",
@@ -27,7 +28,7 @@ pub const BLOCKED_NETWORKS: &[&str] = &[
 ];
 
 /// Host names refused whatever the allow-list says (metadata services reached by name).
-pub const BLOCKED_HOSTS: &[&str] = &[
+pub(crate) const BLOCKED_HOSTS: &[&str] = &[
     "metadata.google.internal",
     "metadata.goog",
     "metadata",
@@ -38,7 +39,7 @@ pub const BLOCKED_HOSTS: &[&str] = &[
 /// `serverHeaders` names refused always (lower case): hop-by-hop and framing headers that would
 /// let a tenant reshape the request (`Range` pages through a body, `Host` reroutes a virtual
 /// host), proxy routing headers, and the headers that unlock cloud metadata services.
-pub const REFUSED_HEADERS: &[&str] = &[
+pub(crate) const REFUSED_HEADERS: &[&str] = &[
     "host",
     "range",
     "if-range",
@@ -64,12 +65,12 @@ pub const REFUSED_HEADERS: &[&str] = &[
 ];
 
 /// `serverHeaders` name prefixes refused always (lower case).
-pub const REFUSED_HEADER_PREFIXES: &[&str] = &["x-forwarded-", "x-original-", "x-envoy-"];
+pub(crate) const REFUSED_HEADER_PREFIXES: &[&str] = &["x-forwarded-", "x-original-", "x-envoy-"];
 
 /// Tenancy headers of Mimir, Cortex, Loki and Thanos (lower case): refused unless the admin
 /// allows them (`--allow-tenant-header`), since they choose whose data a shared server answers
 /// with.
-pub const TENANT_HEADERS: &[&str] = &["x-scope-orgid", "thanos-tenant"];
+pub(crate) const TENANT_HEADERS: &[&str] = &["x-scope-orgid", "thanos-tenant"];
 
 /// One allow-list entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,11 +137,6 @@ impl EgressPolicy {
             }
         }
         Ok(policy)
-    }
-
-    /// Whether the policy restricts anything beyond the always-blocked addresses.
-    pub fn is_restricted(&self) -> bool {
-        !self.hosts.is_empty() || !self.networks.is_empty()
     }
 
     /// Checks a URL host as written in `serverAddress` (a name, an IPv4 address, or an IPv6
@@ -258,23 +254,6 @@ impl OperatorPolicy {
             None
         }
     }
-}
-
-static POLICY: OnceLock<OperatorPolicy> = OnceLock::new();
-
-/// Sets the process-wide policy; the first call wins (returns `false` when one was already
-/// installed).
-pub fn install(policy: OperatorPolicy) -> bool {
-    POLICY.set(policy).is_ok()
-}
-
-/// The process-wide policy: the one installed, else the default (no allow-list, metadata and
-/// link-local refused, tenancy headers refused, no replica cap).
-pub fn current() -> &'static OperatorPolicy {
-    static DEFAULT: OnceLock<OperatorPolicy> = OnceLock::new();
-    POLICY
-        .get()
-        .unwrap_or_else(|| DEFAULT.get_or_init(OperatorPolicy::default))
 }
 
 #[cfg(test)]

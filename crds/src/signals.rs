@@ -11,13 +11,13 @@ pub const DEFAULT_COVERAGE: f64 = 0.5;
 
 /// Default `scrapeIntervalSeconds` (docs/signals.md#staleness): samples older than two of them
 /// are stale.
-pub const DEFAULT_SCRAPE_INTERVAL_SECONDS: i32 = 30;
+pub(crate) const DEFAULT_SCRAPE_INTERVAL_SECONDS: i32 = 30;
 
 /// The quantile of the `ttftP90` signal.
-pub const TTFT_QUANTILE: f64 = 0.9;
+pub(crate) const TTFT_QUANTILE: f64 = 0.9;
 
 /// Shortest `rate()` window of the `ttftP90` signal, seconds (docs/signals.md#runtimes).
-pub const TTFT_MIN_WINDOW_SECONDS: i64 = 60;
+pub(crate) const TTFT_MIN_WINDOW_SECONDS: i64 = 60;
 
 /// How a runtime publishes one signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub fn published(runtime: Runtime, signal: RuntimeSignal) -> Result<Published, &
 }
 
 /// The `rate()` window of `ttftP90`: four scrape intervals, at least a minute, seconds.
-pub fn ttft_window_seconds(scrape_interval_seconds: i32) -> i64 {
+pub(crate) fn ttft_window_seconds(scrape_interval_seconds: i32) -> i64 {
     (4 * i64::from(scrape_interval_seconds.max(1))).max(TTFT_MIN_WINDOW_SECONDS)
 }
 
@@ -174,78 +174,12 @@ pub fn parse_coverage(raw: Option<&str>) -> Result<f64, String> {
     }
 }
 
-/// Why a `perPod` query cannot keep a `pod` label, judged from its leading operation: an
-/// aggregation without `by (... pod ...)`, one `without (... pod ...)`, `scalar`/`vector` or a
-/// number. `None` when it may keep it. A heuristic on the text (Prometheus has the last word:
-/// a series without `pod` is refused at run time).
-pub fn drops_pod_label(query: &str) -> Option<String> {
-    const AGGREGATIONS: [&str; 12] = [
-        "sum",
-        "avg",
-        "min",
-        "max",
-        "count",
-        "group",
-        "stddev",
-        "stdvar",
-        "topk",
-        "bottomk",
-        "quantile",
-        "count_values",
-    ];
-    let Some((ident, rest)) = crate::leading_operation(query) else {
-        return Some("it is a number".to_owned());
-    };
-    if matches!(ident, "scalar" | "vector") && rest.starts_with('(') {
-        return Some(format!("`{ident}(...)` has no labels"));
-    }
-    if !AGGREGATIONS.contains(&ident) {
-        return None;
-    }
-    // The grouping clause comes before the argument (`sum by (pod) (x)`) or after it
-    // (`sum(x) by (pod)`).
-    let clause = if rest.starts_with("by") || rest.starts_with("without") {
-        Some(rest)
-    } else if rest.starts_with('(') {
-        let mut depth = 0usize;
-        let mut end = None;
-        for (i, c) in rest.char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        end = Some(i);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        end.map(|i| rest[i + 1..].trim_start())
-            .filter(|after| after.starts_with("by") || after.starts_with("without"))
-    } else {
-        return None;
-    };
-    let Some(clause) = clause else {
-        return Some(format!(
-            "`{ident}(...)` without `by (pod)` drops the `pod` label; write `{ident} by (pod) (...)`"
-        ));
-    };
-    let without = clause.starts_with("without");
-    let labels: Vec<&str> = clause
-        .split_once('(')
-        .and_then(|(_, tail)| tail.split_once(')'))
-        .map(|(list, _)| list.split(',').map(str::trim).collect())
-        .unwrap_or_default();
-    let has_pod = labels.contains(&"pod");
-    match (without, has_pod) {
-        (false, false) => Some(format!(
-            "`{ident} by (...)` does not keep `pod`; add it to the by list"
-        )),
-        (true, true) => Some(format!("`{ident} without (pod, ...)` drops `pod`")),
-        _ => None,
-    }
+/// Why a `perPod` query cannot keep a `pod` label (an aggregation without `by (... pod ...)`,
+/// one `without (... pod ...)`, `scalar`/`vector`, a number), judged from its syntax tree;
+/// `None` when it may keep it. Prometheus has the last word: a series without `pod` is refused
+/// at run time.
+pub(crate) fn drops_pod_label(query: &str) -> Option<String> {
+    crate::promql::drops_pod_label(query)
 }
 
 #[cfg(test)]

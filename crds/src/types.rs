@@ -671,9 +671,41 @@ pub struct RecommendationRecord {
 
 /// Most `spec.metrics` entries (the CRD's `maxItems`, `docs/security.md#memory`): each is one
 /// request per sync, so this bounds one scaler's share of the operator's request slots.
-pub const MAX_METRICS: usize = 16;
+pub(crate) const MAX_METRICS: usize = 16;
 
 impl LLMScalerSpec {
+    /// A spec with the required fields and nothing else set: `targetRef`, `serverAddress`,
+    /// `minReplicas` and `maxReplicas` (replicas). The one literal of the whole struct, so a
+    /// new field is added here once; set the optional fields on the result.
+    pub fn new(
+        target_ref: TargetRef,
+        server_address: impl Into<String>,
+        min_replicas: i32,
+        max_replicas: i32,
+    ) -> Self {
+        Self {
+            target_ref,
+            metric_provider: None,
+            custom_provider: None,
+            server_address: server_address.into(),
+            server_headers: None,
+            server_headers_from: None,
+            min_replicas,
+            max_replicas,
+            metrics: None,
+            sync_period_seconds: None,
+            retry_period_seconds: None,
+            scale_down: None,
+            scale_up: None,
+            mode: None,
+            activation: None,
+            schedules: None,
+            preemption: None,
+            capacity: None,
+            startup: None,
+        }
+    }
+
     /// The provider in force (`Prometheus` when unset).
     pub fn effective_provider(&self) -> MetricProvider {
         self.metric_provider.unwrap_or_default()
@@ -737,7 +769,7 @@ impl LLMScalerSpec {
 }
 
 /// `scaleDown.drain.drainSeconds` default, seconds (docs/scale-down.md#drain).
-pub const DEFAULT_DRAIN_SECONDS: i32 = 120;
+pub(crate) const DEFAULT_DRAIN_SECONDS: i32 = 120;
 
 impl Drain {
     /// The longest wait in seconds (default [`DEFAULT_DRAIN_SECONDS`]).

@@ -84,21 +84,15 @@ pub fn parse_target(raw: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// Checks every rule of docs/admission.md that a spec can break and returns all violations (empty
-/// when
-/// valid). Paths start at `spec.`. Call it on a defaulted spec or a raw one: unset optional
-/// fields are never errors.
+/// Checks every rule of docs/admission.md that a spec can break and returns all violations
+/// (empty when valid). Paths start at `spec.`. Call it on a defaulted spec or a raw one: unset
+/// optional fields are never errors.
 ///
-/// The operator-wide rules (`docs/security.md`) are those of the process policy,
-/// [`crate::policy::current`]; [`validate_spec_with`] takes one explicitly.
-pub fn validate_spec(spec: &LLMScalerSpec) -> Vec<FieldError> {
-    validate_spec_with(spec, crate::policy::current())
-}
-
-/// [`validate_spec`] under an explicit operator policy: egress allow-list and metadata
-/// addresses for `spec.serverAddress`, refused `spec.serverHeaders` names, and the replica cap
-/// on `spec.maxReplicas` (`docs/security.md`).
-pub fn validate_spec_with(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Vec<FieldError> {
+/// The operator-wide rules (`docs/security.md`) are those of `policy`: egress allow-list and
+/// metadata addresses for `spec.serverAddress`, refused `spec.serverHeaders` names, and the
+/// replica cap on `spec.maxReplicas`. Commands without the operator's flags pass
+/// [`OperatorPolicy::default`].
+pub fn validate_spec(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Vec<FieldError> {
     let mut errors = Vec::new();
     validate_target_ref(spec, &mut errors);
     validate_server(spec, policy, &mut errors);
@@ -134,11 +128,12 @@ fn validate_activation(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
     let Some(activation) = &spec.activation else {
         return;
     };
-    if spec.effective_provider() != MetricProvider::Prometheus {
-        errors.push(FieldError::new(
+    match spec.effective_provider() {
+        MetricProvider::Prometheus => {}
+        MetricProvider::Custom => errors.push(FieldError::new(
             "spec.activation",
             "only under the Prometheus provider (a decision server wakes the fleet itself with an active count above 0)",
-        ));
+        )),
     }
     if activation.query.trim().is_empty() {
         errors.push(FieldError::new(
@@ -251,8 +246,8 @@ fn validate_schedules(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
 ///
 /// # Errors
 /// [`ValidationErrors`] holding each violation with its field path.
-pub fn check_spec(spec: &LLMScalerSpec) -> Result<(), ValidationErrors> {
-    let errors = validate_spec(spec);
+pub fn check_spec(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Result<(), ValidationErrors> {
+    let errors = validate_spec(spec, policy);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -760,7 +755,7 @@ pub fn parse_positive(raw: &str) -> Result<f64, String> {
 }
 
 /// Largest `startup.windowMultiple` (docs/guards.md#start-up-awareness).
-pub const MAX_WINDOW_MULTIPLE: f64 = 20.0;
+pub(crate) const MAX_WINDOW_MULTIPLE: f64 = 20.0;
 
 /// Parses `startup.windowMultiple`: a quoted number in `(0, 20]`.
 ///
@@ -780,11 +775,12 @@ fn validate_capacity(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
     let Some(capacity) = &spec.capacity else {
         return;
     };
-    if spec.effective_provider() != MetricProvider::Prometheus {
-        errors.push(FieldError::new(
+    match spec.effective_provider() {
+        MetricProvider::Prometheus => {}
+        MetricProvider::Custom => errors.push(FieldError::new(
             "spec.capacity",
             "only under the Prometheus provider (its queries go to serverAddress)",
-        ));
+        )),
     }
     if capacity.arrival_rate_query.trim().is_empty() {
         errors.push(FieldError::new(
@@ -825,7 +821,7 @@ fn validate_capacity(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
 }
 
 /// Longest `scaleDown.drain.drainSeconds` (one hour).
-pub const MAX_DRAIN_SECONDS: i32 = 3600;
+pub(crate) const MAX_DRAIN_SECONDS: i32 = 3600;
 
 fn validate_startup(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
     let Some(startup) = &spec.startup else {
@@ -889,40 +885,27 @@ mod tests {
     use crate::types::{CustomProvider, MetricSpec, ScaleDown, TargetRef};
 
     fn valid() -> LLMScalerSpec {
+        let target = TargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "vllm".into(),
+        };
         LLMScalerSpec {
-            target_ref: TargetRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                name: "vllm".into(),
-            },
-            metric_provider: None,
-            custom_provider: None,
-            server_address: "http://prometheus.monitoring:9090".into(),
-            server_headers: None,
-            server_headers_from: None,
-            min_replicas: 1,
-            max_replicas: 5,
             metrics: Some(vec![MetricSpec {
                 name: None,
                 query: "avg(vllm:num_requests_waiting)".into(),
                 target: "0.5".into(),
                 ..Default::default()
             }]),
-            sync_period_seconds: None,
-            retry_period_seconds: None,
-            scale_down: None,
-            scale_up: None,
-            mode: None,
-            activation: None,
-            schedules: None,
-            preemption: None,
-            capacity: None,
-            startup: None,
+            ..LLMScalerSpec::new(target, "http://prometheus.monitoring:9090", 1, 5)
         }
     }
 
     fn paths(spec: &LLMScalerSpec) -> Vec<String> {
-        validate_spec(spec).into_iter().map(|e| e.path).collect()
+        validate_spec(spec, &OperatorPolicy::default())
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
     }
 
     #[test]
@@ -976,12 +959,12 @@ mod tests {
             max_replicas_cap: Some(64),
             ..OperatorPolicy::default()
         };
-        let errors = validate_spec_with(&spec, &capped);
+        let errors = validate_spec(&spec, &capped);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].path, "spec.maxReplicas");
         assert!(errors[0].message.contains("replica cap 64"), "{errors:?}");
         spec.max_replicas = 64;
-        assert!(validate_spec_with(&spec, &capped).is_empty());
+        assert!(validate_spec(&spec, &capped).is_empty());
     }
 
     #[test]
@@ -1032,7 +1015,7 @@ mod tests {
 
     #[test]
     fn valid_spec_has_no_errors() {
-        assert_eq!(validate_spec(&valid()), vec![]);
+        assert_eq!(validate_spec(&valid(), &OperatorPolicy::default()), vec![]);
     }
 
     fn schedule(start: &str, duration: Option<i32>, floor: Option<i32>) -> crate::ScheduleSpec {
@@ -1088,7 +1071,12 @@ mod tests {
         let mut got_sorted = got.clone();
         got_sorted.sort();
         want.sort_unstable();
-        assert_eq!(got_sorted, want, "{:?}", validate_spec(&spec));
+        assert_eq!(
+            got_sorted,
+            want,
+            "{:?}",
+            validate_spec(&spec, &OperatorPolicy::default())
+        );
         assert_eq!(parse_tolerance("0.1"), Ok(0.1));
         assert!(parse_tolerance("1").is_err());
         assert!(parse_tolerance("-0.1").is_err());
@@ -1131,7 +1119,7 @@ mod tests {
                 ..Default::default()
             },
         ]);
-        let errors = validate_spec(&spec);
+        let errors = validate_spec(&spec, &OperatorPolicy::default());
         assert_eq!(errors.len(), 1);
         let text = errors[0].to_string();
         assert!(
@@ -1191,7 +1179,7 @@ mod tests {
         assert_eq!(paths(&spec), Vec::<String>::new());
         spec.target_ref.api_version = "leaderworkerset.x-k8s.io/v1".into();
         spec.target_ref.kind = "LeaderWorkerSet".into();
-        let errors = validate_spec(&spec);
+        let errors = validate_spec(&spec, &OperatorPolicy::default());
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].path, "spec.scaleDown.drain");
         assert!(
@@ -1313,7 +1301,7 @@ mod tests {
             .into_iter()
             .collect(),
         );
-        let errors = validate_spec(&spec);
+        let errors = validate_spec(&spec, &OperatorPolicy::default());
         assert_eq!(errors.len(), 2);
         assert!(errors.iter().all(|e| !e.to_string().contains("cret")));
     }
@@ -1333,7 +1321,7 @@ mod tests {
     fn errors_of(metrics: Vec<MetricSpec>) -> Vec<String> {
         let mut spec = valid();
         spec.metrics = Some(metrics);
-        validate_spec(&spec)
+        validate_spec(&spec, &OperatorPolicy::default())
             .into_iter()
             .map(|e| e.to_string())
             .collect()
@@ -1419,7 +1407,7 @@ mod tests {
             backlog_query: None,
             backlog_seconds: None,
         });
-        let errors = validate_spec(&spec);
+        let errors = validate_spec(&spec, &OperatorPolicy::default());
         assert!(errors.is_empty(), "{errors:?}");
         // Unknown runtime or signal: refused by deserialization with the path.
         let text = r#"{"apiVersion":"autoscaling.modelsphere.dev/v1alpha1","kind":"LLMScaler",

@@ -3,6 +3,8 @@
 //! one stored object must not break the list every other scaler is reconciled from),
 //! `spec.metrics` has a `maxItems`, and the server address and headers carry CEL rules.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use kube::CustomResourceExt;
 use llmscaler_api::LLMScaler;
 use serde_json::Value;

@@ -40,9 +40,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// How often the Ready pods are listed (wall time).
-pub const POD_POLL_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const POD_POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// How often the model is stepped to the current trace time (wall time).
-pub const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 
 /// What to replay against which pods.
 #[derive(Clone, Debug)]

@@ -28,11 +28,11 @@ pub use llmscaler_testkit::{
 };
 
 /// Environment variable holding the path of the pinned `kubectl` (set by `e2e/cluster env`).
-pub const KUBECTL_ENV: &str = "LLMSCALER_KUBECTL";
+pub(crate) const KUBECTL_ENV: &str = "LLMSCALER_KUBECTL";
 /// Environment variable holding the path of the pinned `helm` (set by `e2e/cluster env`).
-pub const HELM_ENV: &str = "LLMSCALER_HELM";
+pub(crate) const HELM_ENV: &str = "LLMSCALER_HELM";
 /// Label that kwok puts on the fake nodes created by `kwokctl scale node`.
-pub const KWOK_NODE_LABEL: &str = "type=kwok";
+pub(crate) const KWOK_NODE_LABEL: &str = "type=kwok";
 
 /// Builds a client for the cluster named by `KUBECONFIG` (as printed by `e2e/cluster env`).
 pub async fn client() -> anyhow::Result<Client> {

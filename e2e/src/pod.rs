@@ -203,7 +203,7 @@ pub async fn serve(args: ServeArgs, shutdown: llmscaler::process::Shutdown) -> a
 }
 
 /// Sum of the samples of `name` (any labels) in a Prometheus text, `None` when absent.
-pub fn sample_sum(text: &str, name: &str) -> Option<f64> {
+pub(crate) fn sample_sum(text: &str, name: &str) -> Option<f64> {
     let mut found = None;
     for line in text.lines() {
         let Some(rest) = line.strip_prefix(name) else {

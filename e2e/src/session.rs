@@ -63,9 +63,9 @@ impl Started {
 }
 
 /// How long [`fresh_namespace`] waits for a namespace left by an earlier run to go away.
-pub const NAMESPACE_GONE_DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const NAMESPACE_GONE_DEADLINE: Duration = Duration::from_secs(120);
 /// How long [`wait_ready`] waits for the Ready pods.
-pub const READY_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const READY_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Server-side applies `manifest` with kubectl under the field manager `manager` (forcing
 /// conflicts).

@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 /// How long [`Recorder::start`] waits for the watch's initial list.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One version of the watched object, as the API server sent it.
 #[derive(Clone, Debug)]

@@ -3,6 +3,8 @@
 //! `apiserver_request_total`, not from the operator's counters. Alone in its test binary so no
 //! other test's requests are counted.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::Duration;
 
 use anyhow::ensure;

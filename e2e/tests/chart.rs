@@ -2,6 +2,8 @@
 //! `helm template` in both modes matches the checked-in renders and has the properties the
 //! operator relies on (no caBundle, hardened pods, out-of-cluster switch).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::path::{Path, PathBuf};
 
 use llmscaler_e2e::helm_path;

@@ -7,6 +7,8 @@
 //! `e2e/cluster up && eval "$(e2e/cluster env)" && cargo test -p llmscaler-e2e -- --ignored
 //! --nocapture`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

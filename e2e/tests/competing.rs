@@ -3,6 +3,8 @@
 //! The operator sees the HPA, holds and writes nothing: the fleet does not flip-flop, and the
 //! condition names the HPA.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::Duration;
 
 use anyhow::ensure;

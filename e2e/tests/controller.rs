@@ -1,6 +1,8 @@
 //! The controller against the local control plane and a real Prometheus (issue 6): every test
 //! runs the real `llmscaler run` binary with a token of the chart's ServiceAccount.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::ensure;

@@ -2,6 +2,8 @@
 //! leader failover, a Deployment rollout, another field manager writing replicas, the Custom
 //! provider, and targets other than Deployments.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 

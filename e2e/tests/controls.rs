@@ -3,6 +3,8 @@
 //! current replicas, and `--log-format json` writes one JSON object per line with the scaler's
 //! namespace and name.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::Duration;
 
 use anyhow::ensure;

@@ -1,6 +1,8 @@
 //! The vLLM emulator (`vllm-emulator` binary) against the local control plane: its `/metrics`
 //! series follow the Ready pods of the target Deployment as it is scaled.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Child, Command, Stdio};

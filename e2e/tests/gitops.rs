@@ -2,6 +2,8 @@
 //! server-side apply, so an applier that leaves `replicas` out never fights it, and Helm 4
 //! (which applies server-side) reports the conflict instead of silently taking the field.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

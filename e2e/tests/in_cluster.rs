@@ -7,6 +7,8 @@
 //! Built only with `--features real-node`; run by `e2e/in-cluster-test`. Every measured time is
 //! printed as a `measured:` line.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;

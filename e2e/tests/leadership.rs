@@ -2,6 +2,8 @@
 //! taken stops writing at once and resumes only when it leads again; a deleted scaler's metric
 //! series leave `/metrics`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;

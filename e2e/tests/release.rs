@@ -3,6 +3,8 @@
 //! ownership, the pods without llmscaler's `pod-deletion-cost` marks, and a Helm 4 upgrade that
 //! renders `replicas` (server-side apply, no force) then succeeds where it conflicted before.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::Duration;
 
 use anyhow::{Context, ensure};

@@ -11,6 +11,8 @@
 //! Run with `./e2e/test`, or: `e2e/cluster up && eval "$(e2e/cluster env)" &&
 //! cargo test -p llmscaler-e2e --test security -- --ignored --nocapture`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
@@ -250,9 +252,15 @@ async fn a_user_who_may_not_scale_the_target_cannot_point_a_scaler_at_it() -> an
     let serving = tokio::spawn({
         let (client, namespace) = (client.clone(), namespace.clone());
         async move {
-            managed::run(client, &namespace, &args, async {
-                let _ = stopped.await;
-            })
+            managed::run(
+                client,
+                &namespace,
+                &args,
+                llmscaler_api::OperatorPolicy::default(),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await
         }
     });

@@ -3,6 +3,8 @@
 //! one series per pod, labelled `namespace` and `pod` as a PodMonitor would, and the real
 //! `llmscaler run` binary reads them over the Deployment's current Ready pods.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::Duration;
 
 use anyhow::ensure;

@@ -2,6 +2,8 @@
 //! writes records every one of them, in order, even writes a few milliseconds apart that a
 //! timer sampling the object would miss.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::Duration;
 
 use anyhow::ensure;

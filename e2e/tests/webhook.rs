@@ -7,6 +7,8 @@
 //! Run with `./e2e/test`, or: `e2e/cluster up && eval "$(e2e/cluster env)" &&
 //! cargo test -p llmscaler-e2e --test webhook -- --ignored --nocapture`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -181,9 +183,15 @@ async fn webhook_validates_defaults_and_recovers_its_certificates() -> anyhow::R
     let serving = tokio::spawn({
         let (client, namespace, args) = (client.clone(), namespace.clone(), args.clone());
         async move {
-            managed::run(client, &namespace, &args, async {
-                let _ = stopped.await;
-            })
+            managed::run(
+                client,
+                &namespace,
+                &args,
+                llmscaler_api::OperatorPolicy::default(),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await
         }
     });

@@ -6,8 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use llmscaler_webhooks::review::{Endpoint, handle};
 
 fuzz_target!(|data: &[u8]| {
+    let policy = llmscaler_api::OperatorPolicy::default();
     for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-        let reply = handle(endpoint, Some("application/json"), data);
+        let reply = handle(endpoint, &policy, Some("application/json"), data);
         assert!((200..600).contains(&reply.status));
         assert!(!reply.body.is_empty());
     }

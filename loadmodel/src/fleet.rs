@@ -414,11 +414,6 @@ impl Replay {
         Self { requests, next: 0 }
     }
 
-    /// Trace seconds of the last arrival (0 for an empty trace).
-    pub fn span_s(&self) -> f64 {
-        self.requests.last().map_or(0.0, |r| r.arrival_s)
-    }
-
     /// Whether every request has arrived.
     pub fn finished(&self) -> bool {
         self.next >= self.requests.len()
@@ -441,8 +436,9 @@ impl Replay {
 }
 
 /// Replays `requests` on a fixed set of `replicas` replicas (named `r00`, `r01`, …) until
-/// `until_s`; returns the report. Handy for tests and capacity estimates.
-pub fn run_fixed(requests: Vec<Request>, replicas: usize, params: Params, until_s: f64) -> Report {
+/// `until_s`; returns the report (the tests' fixed-fleet baseline).
+#[cfg(test)]
+fn run_fixed(requests: Vec<Request>, replicas: usize, params: Params, until_s: f64) -> Report {
     let mut fleet = Fleet::new(params);
     let names: BTreeSet<String> = (0..replicas).map(|i| format!("r{i:02}")).collect();
     fleet.set_ready(0.0, &names);

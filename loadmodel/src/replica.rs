@@ -153,7 +153,7 @@ impl Replica {
     }
 
     /// Queues a request (it arrived at `req.arrival_s`).
-    pub fn enqueue(&mut self, req: Request) {
+    pub(crate) fn enqueue(&mut self, req: Request) {
         self.waiting.push_back(req);
     }
 
@@ -254,7 +254,7 @@ impl Replica {
     }
 
     /// Drops everything it holds (a drained-out replica); returns how many requests were lost.
-    pub fn drop_all(&mut self) -> usize {
+    pub(crate) fn drop_all(&mut self) -> usize {
         let lost = self.outstanding();
         self.waiting.clear();
         self.running.clear();
@@ -263,7 +263,7 @@ impl Replica {
     }
 
     /// TTFTs observed since the last call, seconds.
-    pub fn take_ttfts(&mut self) -> Vec<f64> {
+    pub(crate) fn take_ttfts(&mut self) -> Vec<f64> {
         std::mem::take(&mut self.new_ttfts)
     }
 

@@ -128,16 +128,16 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// SplitMix64: a tiny, fast, seedable generator (deterministic across platforms).
 #[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
+pub(crate) struct SplitMix64(u64);
 
 impl SplitMix64 {
     /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -146,13 +146,13 @@ impl SplitMix64 {
     }
 
     /// Uniform in `[0, 1)`.
-    pub fn next_f64(&mut self) -> f64 {
+    pub(crate) fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
 /// Largest delay of a duplicated request after its original under [`scale`], trace seconds.
-pub const COPY_SPREAD_S: f64 = 1.0;
+pub(crate) const COPY_SPREAD_S: f64 = 1.0;
 
 /// Multiplies the arrival rate by `factor` (≥ 0): every request is kept `floor(factor)` times,
 /// plus once more with probability `fract(factor)`, drawn from a generator seeded with `seed`.

@@ -153,6 +153,9 @@ pub struct Context {
     pub leadership: Leadership,
     /// How long to wait for pod-deletion-cost marks to become visible before a scale-down.
     pub mark_deadline: Duration,
+    /// The operator policy (`docs/security.md`) specs are re-checked against every sync; the
+    /// default (no allow-list, no cap) until the caller sets the flags' policy.
+    pub policy: llmscaler_api::OperatorPolicy,
     /// At most this many syncs run at once (0: no bound); the rest wait, and their wait shows
     /// as evaluation lag.
     pub max_concurrent_syncs: u16,
@@ -201,6 +204,7 @@ impl Context {
             clock: Arc::new(SystemClock),
             leadership,
             mark_deadline: Duration::from_secs(5),
+            policy: llmscaler_api::OperatorPolicy::default(),
             max_concurrent_syncs: DEFAULT_MAX_CONCURRENT_SYNCS,
             states: States::default(),
         }
@@ -445,7 +449,11 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Contr
         .scaler
         .get_or_insert_with(|| Scaler::new(&spec, scaler.status.as_ref()));
     step.respec(&spec);
-    if spec.effective_provider() == llmscaler_api::MetricProvider::Custom
+    let custom = match spec.effective_provider() {
+        llmscaler_api::MetricProvider::Custom => true,
+        llmscaler_api::MetricProvider::Prometheus => false,
+    };
+    if custom
         && spec
             .scale_down
             .as_ref()

@@ -62,14 +62,11 @@ pub(crate) struct Observed {
 /// the Secrets of `serverHeadersFrom` once), and reads the metrics and what `scaler` asks for.
 pub(crate) async fn observe(sync: &SyncContext<'_>, scaler: &Scaler) -> Observation {
     let spec = scaler.spec();
-    if let Err(violations) = check_spec(spec) {
+    if let Err(violations) = check_spec(spec, &sync.ctx.policy) {
         return Observation::Invalid(violations);
     }
-    let namespace_rules = llmscaler_api::validation::validate_namespace_rules(
-        spec,
-        sync.namespace,
-        llmscaler_api::policy::current(),
-    );
+    let namespace_rules =
+        llmscaler_api::validation::validate_namespace_rules(spec, sync.namespace, &sync.ctx.policy);
     if !namespace_rules.is_empty() {
         return Observation::Invalid(ValidationErrors(namespace_rules));
     }

@@ -8,9 +8,9 @@ use serde_json::Value;
 use super::{Findings, int_field, scalar_string};
 
 /// The HPA's default scale-down stabilization window, seconds.
-pub const HPA_SCALE_DOWN_WINDOW_SECONDS: i32 = 300;
+pub(crate) const HPA_SCALE_DOWN_WINDOW_SECONDS: i32 = 300;
 /// The HPA controller's default tolerance (`--horizontal-pod-autoscaler-tolerance`).
-pub const HPA_TOLERANCE: &str = "0.1";
+pub(crate) const HPA_TOLERANCE: &str = "0.1";
 
 /// What a scale-down policy allows per period.
 enum Cap {

@@ -5,7 +5,7 @@
 //! or guessed from the name (vLLM's `vllm:` series are served as `vllm_…` by the adapter rules
 //! of the vLLM examples). `Resource` and `ContainerResource` metrics have no equivalent.
 
-use llmscaler_api::MetricSpec;
+use llmscaler_api::{LLMScalerSpec, MetricSpec};
 use serde_json::Value;
 
 use super::{Draft, Findings, Options, behavior, int_field, metric_name, quantity};
@@ -99,7 +99,7 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
             metrics.push(metric);
         }
     }
-    let mut spec = super::base_spec(target_ref, server_address, min, max);
+    let mut spec = LLMScalerSpec::new(target_ref, server_address, min, max);
     spec.metrics = Some(metrics);
     spec.scale_down = Some(scale_down);
     spec.scale_up = Some(scale_up);
@@ -258,7 +258,7 @@ fn convert_metric(
 
 /// The Prometheus series behind an adapter metric name: vLLM exports `vllm:…`, which the adapter
 /// rules of the vLLM examples serve as `vllm_…` (Kubernetes names cannot hold `:`).
-pub fn adapter_series(name: &str) -> String {
+pub(crate) fn adapter_series(name: &str) -> String {
     match name.strip_prefix("vllm_") {
         Some(rest) => format!("vllm:{rest}"),
         None => name.to_owned(),

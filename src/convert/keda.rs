@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use llmscaler_api::names::PAUSED_ANNOTATION;
-use llmscaler_api::{MetricSpec, ScheduleSpec};
+use llmscaler_api::{LLMScalerSpec, MetricSpec, ScheduleSpec};
 use serde_json::Value;
 
 use super::{Draft, Findings, Options, behavior, int_field, metric_name, quantity, scalar_string};
@@ -213,7 +213,7 @@ pub fn convert(doc: &Value, options: &Options, findings: &mut Findings) -> Draft
             ),
         }
     }
-    let mut spec = super::base_spec(target_ref, server_address.unwrap_or_default(), min, max);
+    let mut spec = LLMScalerSpec::new(target_ref, server_address.unwrap_or_default(), min, max);
     if min == 0 {
         spec.activation = activation(&triggers, findings);
     }

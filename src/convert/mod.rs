@@ -15,17 +15,19 @@ use std::process::ExitCode;
 
 use crate::process::fail;
 
-use llmscaler_api::{FieldError, LLMScaler, LLMScalerSpec, apply_defaults, validate_spec};
+use llmscaler_api::{
+    FieldError, LLMScaler, LLMScalerSpec, OperatorPolicy, apply_defaults, validate_spec,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
 /// Exit status when the conversion was printed.
-pub const EXIT_CONVERTED: u8 = 0;
+pub(crate) const EXIT_CONVERTED: u8 = 0;
 /// Exit status for an unreadable file.
-pub const EXIT_FAILURE: u8 = 1;
+pub(crate) const EXIT_FAILURE: u8 = 1;
 /// Exit status when a field has no equivalent (without `--lenient`), the input is not a
 /// ScaledObject or HorizontalPodAutoscaler, or the result breaks an admission rule.
-pub const EXIT_REFUSED: u8 = 2;
+pub(crate) const EXIT_REFUSED: u8 = 2;
 
 /// Command-line arguments of `llmscaler convert`.
 #[derive(clap::Args, Debug, Clone)]
@@ -99,7 +101,7 @@ impl Findings {
     }
 
     /// Refuses every key of `object` (at `path`) not in `known`.
-    pub fn unknown_keys(&mut self, object: &Value, path: &str, known: &[&str]) {
+    pub(crate) fn unknown_keys(&mut self, object: &Value, path: &str, known: &[&str]) {
         if let Some(map) = object.as_object() {
             for key in map.keys().filter(|k| !known.contains(&k.as_str())) {
                 self.refuse(
@@ -113,7 +115,7 @@ impl Findings {
 
 /// Why nothing was printed.
 #[derive(Debug, thiserror::Error)]
-pub enum ConvertError {
+pub(crate) enum ConvertError {
     /// A document is not YAML/JSON.
     #[error("document {index}: {source}")]
     Parse {
@@ -141,7 +143,7 @@ fn lines(issues: &[Issue]) -> String {
 
 /// The converted scalers and the remarks to print on stderr.
 #[derive(Debug)]
-pub struct Converted {
+pub(crate) struct Converted {
     /// One LLMScaler per source document, defaulted.
     pub scalers: Vec<LLMScaler>,
     /// Caveats, and (under `--lenient`) the fields left out.
@@ -153,7 +155,7 @@ impl Converted {
     ///
     /// # Errors
     /// Only if serde_yaml cannot serialize a scaler (not expected).
-    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+    pub(crate) fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
         let docs = self
             .scalers
             .iter()
@@ -178,7 +180,7 @@ pub struct Draft {
 /// [`ConvertError::Parse`] for a document that does not parse, [`ConvertError::NothingToConvert`],
 /// or [`ConvertError::Refused`] listing every field with no equivalent (without `--lenient`) and
 /// every admission rule the result breaks (`spec.*` paths of the LLMScaler, prefixed `result`).
-pub fn convert_text(text: &str, options: &Options) -> Result<Converted, ConvertError> {
+pub(crate) fn convert_text(text: &str, options: &Options) -> Result<Converted, ConvertError> {
     let mut docs = Vec::new();
     for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value =
@@ -241,7 +243,7 @@ pub fn convert_text(text: &str, options: &Options) -> Result<Converted, ConvertE
         }
         let mut spec = draft.spec;
         apply_defaults(&mut spec);
-        let errors: Vec<FieldError> = validate_spec(&spec);
+        let errors: Vec<FieldError> = validate_spec(&spec, &OperatorPolicy::default());
         refused.extend(errors.into_iter().map(|e| {
             prefix(Issue {
                 path: format!("result {}", e.path),
@@ -331,40 +333,9 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
     }
 }
 
-/// A spec with the required fields and nothing else set (the one place to extend when the
-/// resource gains a field).
-pub fn base_spec(
-    target_ref: llmscaler_api::TargetRef,
-    server_address: String,
-    min_replicas: i32,
-    max_replicas: i32,
-) -> LLMScalerSpec {
-    LLMScalerSpec {
-        target_ref,
-        metric_provider: None,
-        custom_provider: None,
-        server_address,
-        server_headers: None,
-        server_headers_from: None,
-        min_replicas,
-        max_replicas,
-        metrics: None,
-        sync_period_seconds: None,
-        retry_period_seconds: None,
-        scale_down: None,
-        scale_up: None,
-        mode: None,
-        activation: None,
-        schedules: None,
-        preemption: None,
-        capacity: None,
-        startup: None,
-    }
-}
-
 /// A scalar of a manifest as a string (`"5"`, `5` and `5.0` are all accepted by KEDA and the
 /// HPA), for numbers given either way.
-pub fn scalar_string(value: &Value) -> Option<String> {
+pub(crate) fn scalar_string(value: &Value) -> Option<String> {
     match value {
         Value::String(s) => Some(s.trim().to_owned()),
         Value::Number(n) => Some(n.to_string()),
@@ -377,7 +348,7 @@ pub fn scalar_string(value: &Value) -> Option<String> {
 ///
 /// # Errors
 /// A message when present but not an int32.
-pub fn int_field(value: &Value) -> Result<Option<i32>, String> {
+pub(crate) fn int_field(value: &Value) -> Result<Option<i32>, String> {
     if value.is_null() {
         return Ok(None);
     }
@@ -392,7 +363,7 @@ pub fn int_field(value: &Value) -> Result<Option<i32>, String> {
 ///
 /// # Errors
 /// A message for a quantity this does not understand.
-pub fn quantity(value: &Value) -> Result<String, String> {
+pub(crate) fn quantity(value: &Value) -> Result<String, String> {
     let raw = scalar_string(value).ok_or_else(|| format!("{value} is not a quantity"))?;
     let (number, factor) = match raw.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         None => (raw.as_str(), 1.0),
@@ -425,14 +396,14 @@ pub fn quantity(value: &Value) -> Result<String, String> {
 }
 
 /// A number without a trailing `.0` (`4`, `0.5`).
-pub fn format_number(value: f64) -> String {
+pub(crate) fn format_number(value: f64) -> String {
     let text = format!("{value}");
     text.strip_suffix(".0").map(str::to_owned).unwrap_or(text)
 }
 
 /// A metric name usable in `spec.metrics[].name` and `simulate` columns: `:` and other
 /// characters outside `[A-Za-z0-9_-]` become `_`.
-pub fn metric_name(raw: &str) -> String {
+pub(crate) fn metric_name(raw: &str) -> String {
     raw.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {

@@ -15,15 +15,15 @@ use llmscaler_api::{LLMScalerSpec, parse_positive};
 use super::{MetricOutcome, Skip};
 
 /// `maxQueueWaitSeconds` default, seconds.
-pub const DEFAULT_MAX_QUEUE_WAIT_SECONDS: f64 = 0.5;
+pub(crate) const DEFAULT_MAX_QUEUE_WAIT_SECONDS: f64 = 0.5;
 /// `backlogSeconds` default, seconds.
-pub const DEFAULT_BACKLOG_SECONDS: f64 = 60.0;
+pub(crate) const DEFAULT_BACKLOG_SECONDS: f64 = 60.0;
 /// The outcome's name in status, Events and `simulate` columns.
 pub const NAME: &str = "capacity";
 
 /// The model of a (validated) `spec.capacity`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CapacityModel {
+pub(crate) struct CapacityModel {
     /// `μ`: requests per second one Ready replica completes at full load.
     pub replica_rate: f64,
     /// Bound on the mean wait in queue, seconds.
@@ -44,7 +44,7 @@ pub struct CapacityInput<E> {
 impl CapacityModel {
     /// The model of `spec.capacity`; `None` when unset or when a number does not parse (only
     /// reachable when admission was bypassed; the controller re-checks first).
-    pub fn from_spec(spec: &LLMScalerSpec) -> Option<Self> {
+    pub(crate) fn from_spec(spec: &LLMScalerSpec) -> Option<Self> {
         let capacity = spec.capacity.as_ref()?;
         let replica_rate = parse_positive(&capacity.replica_requests_per_second).ok()?;
         let max_wait_s = match &capacity.max_queue_wait_seconds {
@@ -64,7 +64,7 @@ impl CapacityModel {
     /// The fewest replicas (at most `cap`, then `cap + 1` meaning "more than `cap`") for
     /// `arrival` requests/s plus `backlog` requests spread over the backlog time. 0 without
     /// load. Inputs must be finite and non-negative.
-    pub fn replicas(&self, arrival: f64, backlog: f64, cap: i32) -> i32 {
+    pub(crate) fn replicas(&self, arrival: f64, backlog: f64, cap: i32) -> i32 {
         let lambda = arrival + backlog / self.backlog_s;
         replicas_for_wait(lambda, self.replica_rate, self.max_wait_s, cap)
     }
@@ -72,7 +72,7 @@ impl CapacityModel {
     /// The outcome of one sync: the recommendation in replicas, or why the capacity was
     /// skipped (a failed or non-finite/negative reading; never read as zero). `cap` bounds the
     /// search (the policy's `maxReplicas`).
-    pub fn outcome<E: Clone>(&self, input: &CapacityInput<E>, cap: i32) -> MetricOutcome<E> {
+    pub(crate) fn outcome<E: Clone>(&self, input: &CapacityInput<E>, cap: i32) -> MetricOutcome<E> {
         let arrival = match &input.arrival {
             Ok(v) => Ok(*v),
             Err(why) => Err(Skip::Unavailable(why.clone())),
@@ -105,8 +105,10 @@ impl CapacityModel {
 
 /// The Erlang C probability that an arrival waits, for `servers` servers and offered load
 /// `load = λ/μ` (Erlangs); 1 when `load >= servers`. Computed with the Erlang B recursion
-/// `B(k) = a·B(k−1) / (k + a·B(k−1))`, stable for any size.
-pub fn erlang_c(servers: i32, load: f64) -> f64 {
+/// `B(k) = a·B(k−1) / (k + a·B(k−1))`, stable for any size. The tests' reference for the
+/// search of [`replicas_for_wait`], which carries the same recursion along.
+#[cfg(test)]
+fn erlang_c(servers: i32, load: f64) -> f64 {
     if servers <= 0 || load >= f64::from(servers) {
         return 1.0;
     }
@@ -124,7 +126,7 @@ pub fn erlang_c(servers: i32, load: f64) -> f64 {
 /// The fewest servers `c ≥ 1` whose mean wait in queue `ErlangC(c, λ/μ) / (cμ − λ)` is at most
 /// `max_wait_s`; 0 when `lambda` is 0. Searches up to `cap` and returns `cap + 1` (saturating)
 /// when even `cap` is not enough. `mu` and `max_wait_s` must be greater than zero.
-pub fn replicas_for_wait(lambda: f64, mu: f64, max_wait_s: f64, cap: i32) -> i32 {
+pub(crate) fn replicas_for_wait(lambda: f64, mu: f64, max_wait_s: f64, cap: i32) -> i32 {
     if lambda <= 0.0 || !lambda.is_finite() {
         return 0;
     }

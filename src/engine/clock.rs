@@ -14,7 +14,7 @@ pub trait Clock: Send + Sync {
 
 /// The wall clock.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
@@ -39,11 +39,6 @@ impl ManualClock {
     /// Moves the clock `ms` milliseconds forward (backward when negative).
     pub fn advance_ms(&self, ms: i64) {
         self.ms.fetch_add(ms, Ordering::SeqCst);
-    }
-
-    /// Sets the clock to `ms` milliseconds after the Unix epoch.
-    pub fn set_ms(&self, ms: i64) {
-        self.ms.store(ms, Ordering::SeqCst);
     }
 }
 

@@ -39,7 +39,7 @@ impl ConditionSpec {
 
     /// Whether this status is the healthy one for its type (`False` for `ScalingLimited` and
     /// `ReplicasContested`, `True` for the others).
-    pub fn is_healthy(&self) -> bool {
+    pub(crate) fn is_healthy(&self) -> bool {
         self.status
             != matches!(
                 self.type_,
@@ -85,7 +85,7 @@ pub struct SyncReport<'a> {
     /// The engine's recommendation before clamping; `None` when nothing was measurable.
     pub recommendation: Option<i32>,
     /// Why the engine decided as it did.
-    pub decision_reason: super::Reason,
+    pub decision_reason: Reason,
     /// The bound that clamped the recommendation.
     pub limited: Option<Limit>,
     /// The target's `spec.replicas` before the sync, replicas.
@@ -115,7 +115,7 @@ pub struct SyncReport<'a> {
 
 /// The conditions of a sync that refused an invalid spec (`Ready`, `ScalingActive`,
 /// `AbleToScale` False with reason `InvalidSpec`); the others keep their previous values.
-pub fn invalid_spec(message: &str) -> Vec<ConditionSpec> {
+pub(crate) fn invalid_spec(message: &str) -> Vec<ConditionSpec> {
     [
         ConditionType::Ready,
         ConditionType::ScalingActive,
@@ -128,7 +128,7 @@ pub fn invalid_spec(message: &str) -> Vec<ConditionSpec> {
 
 /// The conditions of a sync that could not read its target: `Ready` and `AbleToScale` False,
 /// `TargetNotFound` when the target or its kind does not exist, else `TargetUnreadable`.
-pub fn target_failed(not_found: bool, message: &str) -> Vec<ConditionSpec> {
+pub(crate) fn target_failed(not_found: bool, message: &str) -> Vec<ConditionSpec> {
     let reason = if not_found {
         Reason::TargetNotFound
     } else {
@@ -142,7 +142,7 @@ pub fn target_failed(not_found: bool, message: &str) -> Vec<ConditionSpec> {
 
 /// The conditions of a sync whose metric source could not be built (bad `serverAddress` or
 /// header): `Ready` and `ScalingActive` False with reason `MetricsUnavailable`.
-pub fn source_failed(message: &str) -> Vec<ConditionSpec> {
+pub(crate) fn source_failed(message: &str) -> Vec<ConditionSpec> {
     [ConditionType::Ready, ConditionType::ScalingActive]
         .into_iter()
         .map(|t| ConditionSpec::new(t, false, Reason::MetricsUnavailable, message))
@@ -236,16 +236,17 @@ fn able_to_scale(report: &SyncReport<'_>) -> ConditionSpec {
         }
         WriteOutcome::NotNeeded | WriteOutcome::Wrote => {}
     }
+    // A deferred decision's reason is the condition's: one vocabulary, nothing to map.
     match report.decision_reason {
-        super::Reason::RolloutInProgress => able(
+        reason @ Reason::RolloutInProgress => able(
             false,
-            Reason::RolloutInProgress,
+            reason,
             "a Deployment rollout is in progress; a scale-down waits for it (a scale-up does not)"
                 .to_owned(),
         ),
-        super::Reason::ScaleDownNotSettled => able(
+        reason @ Reason::ScaleDownNotSettled => able(
             false,
-            Reason::ScaleDownNotSettled,
+            reason,
             format!(
                 "readyReplicas {} != spec.replicas {}; the next scale-down waits for it",
                 report.ready_replicas, report.spec_replicas
@@ -274,7 +275,7 @@ fn scaling_active(report: &SyncReport<'_>) -> ConditionSpec {
             format!("holding at {} replicas: {list}", report.replicas),
         )
     } else if !report.skipped.is_empty() {
-        let held = if report.decision_reason == super::Reason::MetricsUnavailable {
+        let held = if report.decision_reason == Reason::MetricsUnavailable {
             "; no scale-down while a metric is skipped"
         } else {
             ""
@@ -402,16 +403,16 @@ pub fn merge(
 
 /// Largest condition message written, in bytes (32 KiB, the API server's own limit for
 /// `metav1.Condition.message`; `docs/security.md#messages`).
-pub const CONDITION_MESSAGE_MAX_BYTES: usize = 32 * 1024;
+pub(crate) const CONDITION_MESSAGE_MAX_BYTES: usize = 32 * 1024;
 
 /// Largest Event note written, in bytes (1 KiB; the API server refuses notes over 1 KiB).
-pub const EVENT_NOTE_MAX_BYTES: usize = 1024;
+pub(crate) const EVENT_NOTE_MAX_BYTES: usize = 1024;
 
 /// A message fit for a condition or an Event (`docs/security.md#messages`): control characters
 /// (C0, DEL, C1, and the bidirectional overrides that could disguise text in a terminal) become
 /// a space, runs of whitespace collapse to one space, and the text is cut at a character
 /// boundary to at most `max_bytes` bytes, ending with `…` when cut.
-pub fn clean_message(text: &str, max_bytes: usize) -> String {
+pub(crate) fn clean_message(text: &str, max_bytes: usize) -> String {
     let mut out = String::with_capacity(text.len().min(max_bytes));
     let mut space = false;
     for c in text.chars() {
@@ -469,7 +470,7 @@ pub struct EventSpec {
 /// The Events of condition flips: every flip, except a condition that appears for the first time
 /// in its healthy state (not news), and one Event per reason in one sync (`Ready` mirrors the
 /// failing condition; a competing autoscaler flips three conditions with one reason).
-pub fn flip_events(previous: &[Condition], flipped: &[ConditionSpec]) -> Vec<EventSpec> {
+pub(crate) fn flip_events(previous: &[Condition], flipped: &[ConditionSpec]) -> Vec<EventSpec> {
     let mut seen = std::collections::BTreeSet::new();
     flipped
         .iter()
@@ -495,11 +496,11 @@ pub fn flip_events(previous: &[Condition], flipped: &[ConditionSpec]) -> Vec<Eve
 /// The Event of a write of `spec.replicas` from `from` to `to`: `ReplicasReasserted` (Warning)
 /// after a contest, `ScaledUp`/`ScaledDown` for a change, none for a first claim of an unchanged
 /// value. `why` is the engine's reason (e.g. `StepCapped`).
-pub fn replicas_event(
+pub(crate) fn replicas_event(
     target: (&str, &str),
     (from, to): (i32, i32),
     action: Action,
-    why: super::Reason,
+    why: Reason,
     contested_by: Option<&str>,
 ) -> Option<EventSpec> {
     let (kind, name) = target;

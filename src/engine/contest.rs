@@ -9,11 +9,11 @@ use super::conditions::ConditionSpec;
 
 /// How long `ReplicasContested` stays True after the latest contest, milliseconds (5 minutes),
 /// so a contest is visible in `kubectl get`/`describe` and not only for one sync.
-pub const CONTEST_MEMORY_MS: i64 = 300_000;
+pub(crate) const CONTEST_MEMORY_MS: i64 = 300_000;
 
 /// Whether the operator held `spec.replicas` before this sync, as the previous status says
 /// (`ReplicasContested` with reason `OwnedByLLMScaler` or `OtherFieldManager`). Survives restarts.
-pub fn claimed_before(previous: &[Condition]) -> bool {
+pub(crate) fn claimed_before(previous: &[Condition]) -> bool {
     previous.iter().any(|c| {
         c.type_ == ConditionType::ReplicasContested.as_str()
             && (c.reason == Reason::OwnedByLLMScaler.as_str()
@@ -24,7 +24,7 @@ pub fn claimed_before(previous: &[Condition]) -> bool {
 /// The field manager that took `spec.replicas` from the operator, if any: the operator had
 /// claimed the field before, no longer owns it, and another manager does. An apply of the same
 /// value by another manager only shares ownership (`owns_replicas` stays true): no contest.
-pub fn contested_by(
+pub(crate) fn contested_by(
     claimed_before: bool,
     owns_replicas: bool,
     other_managers: &[String],
@@ -47,7 +47,7 @@ pub struct ContestMemory {
 
 impl ContestMemory {
     /// Notes a contest seen at `now_ms`.
-    pub fn saw_contest(&mut self, now_ms: i64) {
+    pub(crate) fn saw_contest(&mut self, now_ms: i64) {
         self.last_contest_ms = Some(now_ms);
     }
 
@@ -55,7 +55,7 @@ impl ContestMemory {
     /// re-claim it. Only when the operator does not own the field and is not holding (a held
     /// sync asserts nothing), at most once per `period_ms` (the sync period). A `true` answer is
     /// recorded as a re-assert at `now_ms`.
-    pub fn reassert_due(
+    pub(crate) fn reassert_due(
         &mut self,
         owns_replicas: bool,
         holding: bool,
@@ -77,7 +77,7 @@ impl ContestMemory {
 
 /// The previous `ReplicasContested=True` condition, kept for [`CONTEST_MEMORY_MS`] after the
 /// latest contest (this process's memory, or the condition's transition after a restart).
-pub fn recent_contest(
+pub(crate) fn recent_contest(
     previous: &[Condition],
     now_ms: i64,
     last_contest_ms: Option<i64>,

@@ -21,11 +21,11 @@ pub struct History {
 
 /// Most records kept, whatever the window: bounds the status size when a long window meets a
 /// short sync period (a 1 h window at 1 s syncs would otherwise keep 3600 entries).
-pub const MAX_RECORDS: usize = 512;
+pub(crate) const MAX_RECORDS: usize = 512;
 
 impl History {
     /// A history holding `records` (e.g. read back from status), sorted by time.
-    pub fn from_records(mut records: Vec<Record>) -> Self {
+    pub(crate) fn from_records(mut records: Vec<Record>) -> Self {
         records.sort_by_key(|r| r.at_ms);
         Self {
             records,
@@ -34,13 +34,13 @@ impl History {
     }
 
     /// Drops the stabilization records (a window turned off), keeping the replica changes.
-    pub fn clear_records(&mut self) {
+    pub(crate) fn clear_records(&mut self) {
         self.records.clear();
     }
 
     /// Notes a change of `delta` replicas written at `now_ms`, and forgets changes older than
     /// the longest scale-up period.
-    pub fn note_change(&mut self, now_ms: i64, delta: i32) {
+    pub(crate) fn note_change(&mut self, now_ms: i64, delta: i32) {
         let cutoff = now_ms.saturating_sub(super::scale_up::MAX_PERIOD_MS);
         self.changes.retain(|(at, _)| *at > cutoff);
         if delta != 0 {
@@ -49,7 +49,7 @@ impl History {
     }
 
     /// Replicas added and removed by the changes strictly after `now_ms - period_ms`.
-    pub fn changes_within(&self, now_ms: i64, period_ms: i64) -> (i64, i64) {
+    pub(crate) fn changes_within(&self, now_ms: i64, period_ms: i64) -> (i64, i64) {
         let cutoff = now_ms.saturating_sub(period_ms);
         self.changes.iter().filter(|(at, _)| *at > cutoff).fold(
             (0, 0),
@@ -114,7 +114,7 @@ impl History {
     /// The records that can still be a window maximum, oldest first: a record is redundant when
     /// a later one is at least as large (it can never be the maximum again before that later one
     /// leaves). What the controller persists.
-    pub fn dominant(&self) -> Vec<Record> {
+    pub(crate) fn dominant(&self) -> Vec<Record> {
         let mut kept: Vec<Record> = Vec::with_capacity(self.records.len());
         for record in self.records.iter().rev() {
             if kept.iter().all(|later| later.replicas < record.replicas) {

@@ -9,7 +9,7 @@
 pub mod capacity;
 pub mod clock;
 pub mod conditions;
-pub mod contest;
+pub(crate) mod contest;
 mod history;
 mod ratio;
 pub mod scale_up;
@@ -38,7 +38,7 @@ pub struct Policy {
 
 impl Policy {
     /// The policy of a spec (defaults applied through the `effective_*` accessors).
-    pub fn from_spec(spec: &LLMScalerSpec) -> Self {
+    pub(crate) fn from_spec(spec: &LLMScalerSpec) -> Self {
         Self {
             min_replicas: spec.min_replicas,
             max_replicas: spec.max_replicas,
@@ -164,13 +164,13 @@ impl<E> MetricOutcome<E> {
 
     /// A guardrail measured at or above its target: it holds a scale-down
     /// (docs/signals.md#guardrails). Always `false` for a normal metric.
-    pub fn guardrail_engaged(&self) -> bool {
+    pub(crate) fn guardrail_engaged(&self) -> bool {
         self.guardrail && self.recommendation.is_ok() && self.ratio.is_some_and(|r| r > 1.0)
     }
 
     /// A normal metric that was skipped (a skipped guardrail neither holds nor lowers, so it
     /// is not "partial data").
-    pub fn skipped_normal(&self) -> bool {
+    pub(crate) fn skipped_normal(&self) -> bool {
         !self.guardrail && self.recommendation.is_err()
     }
 }
@@ -209,65 +209,10 @@ impl Action {
     }
 }
 
-/// Machine-readable reason of a decision (CamelCase, as Kubernetes condition reasons).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// Raised to the recommendation.
-    ScaledUp,
-    /// Lowered to the (stabilized) recommendation.
-    ScaledDown,
-    /// Lowered by `maxStepReplicas` towards a lower recommendation.
-    StepCapped,
-    /// Raised, but only as far as the `scaleUp` rate cap allows.
-    ScaleUpLimited,
-    /// The recommendation equals `spec.replicas`.
-    Steady,
-    /// The raw recommendation is lower but the stabilization window keeps the fleet.
-    ScaleDownStabilized,
-    /// The recommendation is lower but a guardrail metric above its target holds the fleet
-    /// (docs/signals.md#guardrails).
-    GuardrailHeld,
-    /// No metric could be measured (or the decision server failed) and the held
-    /// `spec.replicas` stays as it is. (When the clamp or the window moves a held value, the
-    /// reason is the move's: `ScaledDown`, `StepCapped`, `ScaledUp` or a deferral.)
-    MetricsUnavailable,
-    /// A Deployment rollout is in progress: change deferred.
-    RolloutInProgress,
-    /// The previous scale-down has not settled (`readyReplicas != spec.replicas`): deferred.
-    ScaleDownNotSettled,
-}
-
-impl Reason {
-    /// Every decision reason, in declaration order.
-    pub const ALL: &'static [Reason] = &[
-        Reason::ScaledUp,
-        Reason::ScaledDown,
-        Reason::StepCapped,
-        Reason::ScaleUpLimited,
-        Reason::Steady,
-        Reason::ScaleDownStabilized,
-        Reason::GuardrailHeld,
-        Reason::MetricsUnavailable,
-        Reason::RolloutInProgress,
-        Reason::ScaleDownNotSettled,
-    ];
-
-    /// The reason's name, e.g. `ScaleDownNotSettled`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::ScaledUp => "ScaledUp",
-            Reason::ScaledDown => "ScaledDown",
-            Reason::StepCapped => "StepCapped",
-            Reason::ScaleUpLimited => "ScaleUpLimited",
-            Reason::Steady => "Steady",
-            Reason::ScaleDownStabilized => "ScaleDownStabilized",
-            Reason::GuardrailHeld => "GuardrailHeld",
-            Reason::MetricsUnavailable => "MetricsUnavailable",
-            Reason::RolloutInProgress => "RolloutInProgress",
-            Reason::ScaleDownNotSettled => "ScaleDownNotSettled",
-        }
-    }
-}
+/// The reason of a decision: one of the [`Reason::is_decision`] reasons of the API crate's
+/// vocabulary (CamelCase, as Kubernetes condition reasons), so the conditions and Events built
+/// from a decision pass it on rather than map it.
+pub use llmscaler_api::names::Reason;
 
 /// The result of one sync; `E` is the metric source's error type.
 #[derive(Clone, Debug, PartialEq)]
@@ -289,13 +234,6 @@ pub struct Decision<E> {
     pub reason: Reason,
     /// Per metric outcome (one entry named `decision` under the Custom provider).
     pub metrics: Vec<MetricOutcome<E>>,
-}
-
-impl<E> Decision<E> {
-    /// Whether `spec.replicas` must be written.
-    pub fn changes_replicas(&self, observed: &Observation) -> bool {
-        self.replicas != observed.spec_replicas
-    }
 }
 
 impl<E> Signal<E> {
@@ -321,7 +259,7 @@ impl<E> Signal<E> {
 /// The recommendation of a signal before clamping (`docs/scaling.md`, step 3), with per-metric
 /// outcomes.
 /// `None` means hold: every metric was skipped or the decision server failed.
-pub fn recommend<E: Clone>(
+pub(crate) fn recommend<E: Clone>(
     signal: &Signal<E>,
     ready_replicas: i32,
 ) -> (Option<i32>, Vec<MetricOutcome<E>>) {
@@ -412,7 +350,7 @@ pub fn decide<E: Clone>(
 /// The opt-in inputs of a sync beyond the metrics: the capacity recommender and the start-up
 /// hold (docs/scaling.md#capacity-recommender, docs/guards.md#start-up-awareness).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Extras<E> {
+pub(crate) struct Extras<E> {
     /// `spec.capacity`'s model and this sync's readings of its queries.
     pub capacity: Option<(capacity::CapacityModel, capacity::CapacityInput<E>)>,
     /// Replicas of a recent scale-up are still starting and count as coming capacity
@@ -434,7 +372,7 @@ impl<E> Default for Extras<E> {
 /// outcomes (named `capacity`, the largest recommendation wins, a failed reading is skipped like
 /// a metric's), and while [`Extras::hold_metric_scale_up`] a scale-up goes no higher than the
 /// capacity recommendation (reason `ScaleUpLimited`; none without `spec.capacity`).
-pub fn decide_with<E: Clone>(
+pub(crate) fn decide_with<E: Clone>(
     policy: &Policy,
     observed: &Observation,
     signal: &Signal<E>,

@@ -10,7 +10,7 @@ use llmscaler_api::{LLMScalerSpec, ScaleUpPolicyType, SelectPolicy, parse_tolera
 use super::{History, MetricOutcome};
 
 /// Longest policy period, ms (HPA: 1800 s); older changes are forgotten.
-pub const MAX_PERIOD_MS: i64 = 1_800_000;
+pub(crate) const MAX_PERIOD_MS: i64 = 1_800_000;
 
 /// One rate cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub struct ScaleUpRules {
 
 impl ScaleUpRules {
     /// The rules of a (validated) spec; an unparsable tolerance is ignored (admission refuses it).
-    pub fn from_spec(spec: &LLMScalerSpec) -> Self {
+    pub(crate) fn from_spec(spec: &LLMScalerSpec) -> Self {
         let Some(scale_up) = &spec.scale_up else {
             return Self::default();
         };
@@ -90,7 +90,11 @@ impl ScaleUpRules {
 
     /// The tolerance band: a metric whose `value / target` is within `tolerance` of 1 recommends
     /// `current` (no change). Returns whether any outcome changed.
-    pub fn apply_tolerance<E>(&self, outcomes: &mut [MetricOutcome<E>], current: i32) -> bool {
+    pub(crate) fn apply_tolerance<E>(
+        &self,
+        outcomes: &mut [MetricOutcome<E>],
+        current: i32,
+    ) -> bool {
         let Some(tolerance) = self.tolerance else {
             return false;
         };

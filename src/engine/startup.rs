@@ -9,9 +9,9 @@
 use llmscaler_api::{LLMScalerSpec, parse_window_multiple};
 
 /// Weight of a new sample in the exponentially weighted moving average (0..1).
-pub const SMOOTHING: f64 = 0.5;
+pub(crate) const SMOOTHING: f64 = 0.5;
 /// Most scale-ups waiting for their replicas at once; older ones are dropped unmeasured.
-pub const MAX_PENDING: usize = 16;
+pub(crate) const MAX_PENDING: usize = 16;
 
 /// A scale-up waiting for its replicas.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,7 +43,7 @@ impl StartupTracker {
     }
 
     /// Notes that `spec.replicas` was raised to `to` at `now_ms`.
-    pub fn note_scale_up(&mut self, now_ms: i64, to: i32) {
+    pub(crate) fn note_scale_up(&mut self, now_ms: i64, to: i32) {
         if self.pending.len() >= MAX_PENDING {
             self.pending.remove(0);
         }
@@ -90,7 +90,7 @@ impl StartupTracker {
 /// Whether `metrics` may not raise `spec.replicas` at `now_ms` (`startup.countStartingReplicas`):
 /// replicas of a scale-up younger than the start-up time in force are still starting
 /// (`ready < spec`). `false` without `spec.startup` or with the option off.
-pub fn holds_scale_up(
+pub(crate) fn holds_scale_up(
     spec: &LLMScalerSpec,
     tracker: &StartupTracker,
     now_ms: i64,
@@ -128,7 +128,7 @@ pub fn startup_seconds(spec: &LLMScalerSpec, tracker: &StartupTracker) -> Option
 /// The scale-down stabilization window in force, milliseconds: the larger of
 /// `scaleDown.stabilizationWindowSeconds` and `startup.windowMultiple` × the start-up time in
 /// force ([`startup_seconds`]); the configured window when `windowMultiple` is unset.
-pub fn window_ms(spec: &LLMScalerSpec, configured_ms: i64, tracker: &StartupTracker) -> i64 {
+pub(crate) fn window_ms(spec: &LLMScalerSpec, configured_ms: i64, tracker: &StartupTracker) -> i64 {
     let Some(multiple) = spec
         .startup
         .as_ref()

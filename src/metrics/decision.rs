@@ -679,7 +679,7 @@ mod tests {
     fn path_defaults_and_normalises() {
         let client = MetricsClient::new().expect("client");
         let url = |base: &str, path: Option<&str>| {
-            let ep = Endpoint::new(base, &BTreeMap::new()).expect("endpoint");
+            let ep = Endpoint::new(base, &BTreeMap::new(), client.policy()).expect("endpoint");
             DecisionSource::new(client.clone(), ep, "llama 3/8b", None, path)
                 .url()
                 .expect("url")

@@ -1,29 +1,43 @@
 //! Connect-time egress check (`docs/security.md#egress`): the metric client resolves names
-//! through [`PolicyResolver`], which drops every address the process' egress policy refuses,
+//! through [`PolicyResolver`], which drops every address the operator's egress policy refuses,
 //! so a name that passed admission cannot be re-pointed (DNS rebinding) at a metadata service
 //! or outside the allowed networks. IP literals never reach a resolver; the client checks them
 //! before sending ([`super::Endpoint`]).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
+use llmscaler_api::policy::EgressPolicy;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Every address of a name was refused by the egress policy.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Refused(pub String);
+pub(crate) struct Refused(pub String);
 
 /// A `reqwest` resolver that resolves with the system resolver (`getaddrinfo`, through tokio)
-/// and keeps only the addresses [`llmscaler_api::policy::current`] allows.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PolicyResolver;
+/// and keeps only the addresses its egress policy allows.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PolicyResolver {
+    egress: Arc<EgressPolicy>,
+}
+
+impl PolicyResolver {
+    /// A resolver that keeps the addresses `egress` allows.
+    pub(crate) fn new(egress: EgressPolicy) -> Self {
+        Self {
+            egress: Arc::new(egress),
+        }
+    }
+}
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
+        let egress = self.egress.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            let (allowed, refused) = filter(&host, resolved.map(|a| a.ip()));
+            let (allowed, refused) = filter(&egress, &host, resolved.map(|a| a.ip()));
             if allowed.is_empty() {
                 let why = refused.unwrap_or_else(|| format!("`{host}` resolved to no address"));
                 return Err(Box::new(Refused(format!("egress policy: {why}")))
@@ -35,10 +49,13 @@ impl Resolve for PolicyResolver {
     }
 }
 
-/// Splits resolved addresses into the allowed ones and the reason the first refused one was
-/// refused.
-pub fn filter(host: &str, ips: impl Iterator<Item = IpAddr>) -> (Vec<IpAddr>, Option<String>) {
-    let policy = &llmscaler_api::policy::current().egress;
+/// Splits the addresses `host` resolved to into those `policy` allows and the reason the first
+/// refused one was refused.
+pub fn filter(
+    policy: &EgressPolicy,
+    host: &str,
+    ips: impl Iterator<Item = IpAddr>,
+) -> (Vec<IpAddr>, Option<String>) {
     let mut allowed = Vec::new();
     let mut refused = None;
     for ip in ips {

@@ -323,7 +323,7 @@ pub enum MetricError {
 }
 
 /// Most pod names listed in a [`MetricError::LowCoverage`] message.
-pub const MAX_MISSING_PODS: usize = 5;
+pub(crate) const MAX_MISSING_PODS: usize = 5;
 
 fn missing_list(missing: &[String], more: usize) -> String {
     let names = missing.join(", ");
@@ -335,7 +335,7 @@ fn missing_list(missing: &[String], more: usize) -> String {
 }
 
 /// Most label names listed in a [`MetricError::MultipleSeries`] message.
-pub const MAX_LABEL_NAMES: usize = 8;
+pub(crate) const MAX_LABEL_NAMES: usize = 8;
 
 /// Content type and length of a reply, as shown in messages.
 struct Shape<'a>(&'a str, usize);
@@ -428,11 +428,6 @@ impl MetricError {
             MetricError::NoReadyPods { .. } => "no_ready_pods",
             MetricError::NoPodSelector { .. } => "no_pod_selector",
         }
-    }
-
-    /// Same as [`MetricError::kind`], under the name kube-rs' controller examples use.
-    pub fn metric_label(&self) -> &'static str {
-        self.kind()
     }
 
     /// A CamelCase reason for a Kubernetes condition or Event, e.g. `MetricNoData`.

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use llmscaler_api::OperatorPolicy;
 use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -40,7 +41,7 @@ pub use source::{MetricSource, Readings, secret_headers};
 
 /// Default per-request timeout for metric requests: 5 seconds
 /// (docs/providers.md#prometheus-provider).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Largest reply body accepted from a metric server, in bytes (1 MiB; `docs/security.md#memory`).
 /// A larger body is reported as [`MetricError::Decode`] rather than buffered: reading stops at
@@ -50,7 +51,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Most metric requests in flight in the whole process (`docs/security.md#memory`): with
 /// [`MAX_BODY_BYTES`] this bounds the reply bodies held at once to 32 MiB. A request waits for
 /// a free slot within its own timeout.
-pub const MAX_IN_FLIGHT: usize = 32;
+pub(crate) const MAX_IN_FLIGHT: usize = 32;
 
 /// Installs rustls' aws-lc-rs crypto provider as the process default unless one is installed.
 ///
@@ -69,33 +70,51 @@ pub fn ensure_crypto_provider() {
 pub struct MetricsClient {
     http: reqwest::Client,
     slots: std::sync::Arc<tokio::sync::Semaphore>,
+    policy: std::sync::Arc<OperatorPolicy>,
 }
 
 impl MetricsClient {
+    /// [`MetricsClient::with_policy`] under [`OperatorPolicy::default`] (no allow-list; cloud
+    /// metadata, link-local and tenancy headers refused): for the commands that have no
+    /// operator policy flags (`probe`, tests).
+    ///
+    /// # Errors
+    /// As [`MetricsClient::with_policy`].
+    pub fn new() -> Result<Self, MetricError> {
+        Self::with_policy(OperatorPolicy::default())
+    }
+
     /// Builds the shared client: rustls with the aws-lc-rs provider and the platform verifier,
     /// a 5-second connect timeout, `HTTP(S)_PROXY` / `NO_PROXY` from the environment honoured,
     /// redirects never followed, and every address a name resolves to checked against the
-    /// process' egress policy ([`egress::PolicyResolver`], `docs/security.md#egress`).
+    /// egress part of `policy` ([`egress::PolicyResolver`], `docs/security.md#egress`); hosts
+    /// and `serverHeaders` are checked against it before each request.
     ///
     /// Installs the crypto provider if none is installed yet ([`ensure_crypto_provider`]).
     ///
     /// # Errors
     /// [`MetricError::Client`] when the TLS configuration cannot be built (for example no usable
     /// root certificate store on the machine).
-    pub fn new() -> Result<Self, MetricError> {
+    pub fn with_policy(policy: OperatorPolicy) -> Result<Self, MetricError> {
         ensure_crypto_provider();
         let http = reqwest::Client::builder()
             .user_agent(concat!("llmscaler/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(DEFAULT_TIMEOUT)
             .pool_idle_timeout(Duration::from_secs(90))
             .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(egress::PolicyResolver)
+            .dns_resolver(egress::PolicyResolver::new(policy.egress.clone()))
             .build()
             .map_err(|source| MetricError::Client { source })?;
         Ok(Self {
             http,
             slots: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            policy: std::sync::Arc::new(policy),
         })
+    }
+
+    /// The operator policy every request of this client is held to.
+    pub fn policy(&self) -> &OperatorPolicy {
+        &self.policy
     }
 
     /// The underlying `reqwest` client.
@@ -126,14 +145,14 @@ impl Endpoint {
     /// # Errors
     /// [`MetricError::InvalidAddress`] when the address is not an absolute `http`/`https` URL or
     /// holds user info (`user:password@`);
-    /// [`MetricError::InvalidHeader`] when a header name or value is not valid HTTP (the message
-    /// names the header, never its value).
+    /// [`MetricError::InvalidHeader`] when a header name or value is not valid HTTP, or `policy`
+    /// refuses the name (the message names the header, never its value).
     pub fn new(
         server_address: &str,
         server_headers: &BTreeMap<String, String>,
+        policy: &OperatorPolicy,
     ) -> Result<Self, MetricError> {
         let base = parse_base(server_address)?;
-        let policy = llmscaler_api::policy::current();
         let mut headers = HeaderMap::with_capacity(server_headers.len());
         for (name, value) in server_headers {
             if let Some(reason) = policy.header_refusal(name) {
@@ -176,7 +195,7 @@ impl Endpoint {
     }
 
     /// The base URL as shown in logs and messages: no credentials, no trailing `/`.
-    pub fn shown_base(&self) -> String {
+    pub(crate) fn shown_base(&self) -> String {
         shown_url(&self.base).trim_end_matches('/').to_owned()
     }
 
@@ -214,7 +233,7 @@ impl Endpoint {
         let server = shown_url(&url);
         let server = server.as_str();
         if let Some(host) = url.host_str()
-            && let Err(reason) = llmscaler_api::policy::current().egress.check_host(host)
+            && let Err(reason) = client.policy.egress.check_host(host)
         {
             return Err(MetricError::Egress {
                 subject: subject.clone(),
@@ -511,7 +530,12 @@ mod tests {
 
     #[test]
     fn endpoint_builds_urls_with_encoded_query() {
-        let ep = Endpoint::new("http://127.0.0.1:9090/", &BTreeMap::new()).expect("endpoint");
+        let ep = Endpoint::new(
+            "http://127.0.0.1:9090/",
+            &BTreeMap::new(),
+            &OperatorPolicy::default(),
+        )
+        .expect("endpoint");
         let url = ep
             .url("/api/v1/query", &[("query", "avg(x{a=\"b c\"}) + 1")])
             .expect("url");
@@ -519,7 +543,12 @@ mod tests {
             url.as_str(),
             "http://127.0.0.1:9090/api/v1/query?query=avg%28x%7Ba%3D%22b+c%22%7D%29+%2B+1"
         );
-        let ep = Endpoint::new("http://prom.example:9090/prefix/", &BTreeMap::new()).expect("ep");
+        let ep = Endpoint::new(
+            "http://prom.example:9090/prefix/",
+            &BTreeMap::new(),
+            &OperatorPolicy::default(),
+        )
+        .expect("ep");
         assert_eq!(
             ep.url("api/v1/query", &[]).expect("url").as_str(),
             "http://prom.example:9090/prefix/api/v1/query"
@@ -535,7 +564,8 @@ mod tests {
             "http://h:1/?x=1",
             "not a url",
         ] {
-            let err = Endpoint::new(bad, &BTreeMap::new()).expect_err(bad);
+            let err =
+                Endpoint::new(bad, &BTreeMap::new(), &OperatorPolicy::default()).expect_err(bad);
             assert_eq!(err.kind(), "invalid_config", "{bad}: {err}");
         }
     }
@@ -546,7 +576,8 @@ mod tests {
             ("Authorization".to_owned(), "Bearer s3cr3t-token".to_owned()),
             ("X-Api-Key".to_owned(), "tenant-42".to_owned()),
         ]);
-        let ep = Endpoint::new("http://h:1", &headers).expect("endpoint");
+        let ep =
+            Endpoint::new("http://h:1", &headers, &OperatorPolicy::default()).expect("endpoint");
         let debug = format!("{ep:?}");
         assert!(!debug.contains("s3cr3t"), "{debug}");
         assert!(!debug.contains("tenant-42"), "{debug}");
@@ -557,13 +588,14 @@ mod tests {
     #[test]
     fn invalid_header_error_never_shows_the_value() {
         let headers = BTreeMap::from([("Authorization".to_owned(), "Bearer a\nb".to_owned())]);
-        let err = Endpoint::new("http://h:1", &headers).expect_err("newline in value");
+        let err = Endpoint::new("http://h:1", &headers, &OperatorPolicy::default())
+            .expect_err("newline in value");
         let text = err.to_string();
         assert!(text.contains("Authorization"), "{text}");
         assert!(!text.contains("Bearer"), "{text}");
         let headers = BTreeMap::from([("Bad Name".to_owned(), "v".to_owned())]);
         assert_eq!(
-            Endpoint::new("http://h:1", &headers)
+            Endpoint::new("http://h:1", &headers, &OperatorPolicy::default())
                 .expect_err("space in name")
                 .kind(),
             "invalid_config"
@@ -579,7 +611,12 @@ mod tests {
 
     #[test]
     fn user_info_and_refused_headers_are_refused() {
-        let err = Endpoint::new("http://u:p@h:1", &BTreeMap::new()).expect_err("userinfo");
+        let err = Endpoint::new(
+            "http://u:p@h:1",
+            &BTreeMap::new(),
+            &OperatorPolicy::default(),
+        )
+        .expect_err("userinfo");
         assert!(!err.to_string().contains("u:p"), "{err}");
         for name in [
             "Host",
@@ -589,7 +626,8 @@ mod tests {
             "Metadata-Flavor",
         ] {
             let headers = BTreeMap::from([(name.to_owned(), "v".to_owned())]);
-            let err = Endpoint::new("http://h:1", &headers).expect_err(name);
+            let err =
+                Endpoint::new("http://h:1", &headers, &OperatorPolicy::default()).expect_err(name);
             assert_eq!(err.kind(), "invalid_config", "{name}");
         }
     }

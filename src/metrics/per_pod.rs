@@ -11,7 +11,7 @@ use super::error::MAX_MISSING_PODS;
 use super::{MetricError, PrometheusSource, Subject};
 
 /// Longest per-pod query sent, in bytes: the runtime signal's query names every Ready pod.
-pub const MAX_POD_QUERY_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_POD_QUERY_BYTES: usize = 256 * 1024;
 
 /// The target's pods as the per-pod metrics of one sync see them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,7 +28,10 @@ pub struct PodSet {
 /// # Errors
 /// A message when the runtime does not publish the signal (admission refuses it first) or the
 /// spec is not a per-pod metric.
-pub fn subject_and_query(metric: &MetricSpec, pods: &PodSet) -> Result<(Subject, String), String> {
+pub(crate) fn subject_and_query(
+    metric: &MetricSpec,
+    pods: &PodSet,
+) -> Result<(Subject, String), String> {
     match (metric.runtime, metric.signal) {
         (Some(runtime), Some(signal)) => {
             let published = signals::published(runtime, signal).map_err(str::to_owned)?;

@@ -12,7 +12,7 @@ use super::error::{MAX_LABEL_NAMES, shown_label_name};
 use super::{Endpoint, MetricError, MetricsClient, Reply, Subject, json_position};
 
 /// Path of the instant-query endpoint, relative to `serverAddress`.
-pub const QUERY_PATH: &str = "/api/v1/query";
+pub(crate) const QUERY_PATH: &str = "/api/v1/query";
 
 /// Reads PromQL instant queries from one Prometheus server (docs/providers.md#prometheus-provider).
 ///
@@ -81,7 +81,7 @@ impl PrometheusSource {
     /// [`MetricError::BadReply`] for a scalar or matrix result, a series without a `pod` label,
     /// a wanted pod in two series, a value that is not a number, or more than
     /// [`MAX_POD_SERIES`] series (decoding stops there).
-    pub async fn query_pods(
+    pub(crate) async fn query_pods(
         &self,
         subject: &Subject,
         query: &str,

@@ -95,7 +95,10 @@ impl MetricSource {
     /// [`MetricError::InvalidAddress`] for an unusable `serverAddress`,
     /// [`MetricError::InvalidHeader`] for an unusable `serverHeaders` entry (named, value never
     /// shown).
-    pub fn from_spec(client: &MetricsClient, spec: &LLMScalerSpec) -> Result<Self, MetricError> {
+    pub(crate) fn from_spec(
+        client: &MetricsClient,
+        spec: &LLMScalerSpec,
+    ) -> Result<Self, MetricError> {
         let empty = BTreeMap::new();
         Self::with_headers(client, spec, spec.server_headers.as_ref().unwrap_or(&empty))
     }
@@ -105,12 +108,12 @@ impl MetricSource {
     ///
     /// # Errors
     /// As [`MetricSource::from_spec`].
-    pub fn with_headers(
+    pub(crate) fn with_headers(
         client: &MetricsClient,
         spec: &LLMScalerSpec,
         headers: &BTreeMap<String, String>,
     ) -> Result<Self, MetricError> {
-        let endpoint = Endpoint::new(&spec.server_address, headers)?;
+        let endpoint = Endpoint::new(&spec.server_address, headers, client.policy())?;
         Ok(match spec.effective_provider() {
             MetricProvider::Prometheus => {
                 MetricSource::Prometheus(PrometheusSource::new(client.clone(), endpoint))
@@ -139,7 +142,7 @@ impl MetricSource {
     /// [`MetricSource::read`] with the target's pods for the per-pod metrics (runtime signals
     /// and `perPod` queries, docs/signals.md): `None` or `Some(Err(why))` when they are not
     /// known, which skips those metrics with [`MetricError::NoPodSelector`].
-    pub async fn read_with_pods(
+    pub(crate) async fn read_with_pods(
         &self,
         spec: &LLMScalerSpec,
         pods: Option<&Result<PodSet, String>>,

@@ -65,7 +65,7 @@ pub async fn explain_live(
         })?;
     let mut spec = scaler.spec.clone();
     apply_defaults(&mut spec);
-    check_spec(&spec).map_err(LiveError::Invalid)?;
+    check_spec(&spec, metrics_client.policy()).map_err(LiveError::Invalid)?;
     let resolver = Resolver::default();
     let resource = resolver.resolve(&client, &spec.target_ref).await?;
     let state = target::read(&client, &resource, namespace, &spec.target_ref).await?;

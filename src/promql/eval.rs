@@ -13,7 +13,7 @@ use super::store::{Labels, Store};
 use super::{PromqlError, parse};
 
 /// Points per series over a range: `(labels, [(t_ms, value)])`.
-pub type Matrix = Vec<(Labels, Vec<(i64, f64)>)>;
+pub(crate) type Matrix = Vec<(Labels, Vec<(i64, f64)>)>;
 
 /// A query's value.
 #[derive(Clone, Debug, PartialEq)]

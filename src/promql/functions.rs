@@ -39,7 +39,7 @@ fn matrix_arg(
 ///
 /// # Errors
 /// [`PromqlError::Unsupported`] for a function outside the subset.
-pub fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, PromqlError> {
+pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, PromqlError> {
     let name = call.func.name;
     let over_time = |f: fn(&[(i64, f64)]) -> f64| -> Result<Value, PromqlError> {
         let (m, _) = matrix_arg(call, 0, store, t_ms)?;

@@ -70,7 +70,7 @@ impl Store {
 
     /// Writes a staleness marker at `t_ms` on every series whose labels include all of
     /// `labels` and whose last point is a value (a target that stopped answering).
-    pub fn mark_stale(&mut self, labels: &Labels, t_ms: i64) {
+    pub(crate) fn mark_stale(&mut self, labels: &Labels, t_ms: i64) {
         for s in &mut self.series {
             let matches = labels.iter().all(|(k, v)| s.labels.get(k) == Some(v));
             if matches
@@ -85,7 +85,7 @@ impl Store {
 
     /// Values of label `label` over the series named `name` whose last point is a value (not
     /// a staleness marker), sorted and deduplicated.
-    pub fn live_values_of(&self, name: &str, label: &str) -> Vec<String> {
+    pub(crate) fn live_values_of(&self, name: &str, label: &str) -> Vec<String> {
         let mut out: Vec<String> = self
             .candidates(Some(name))
             .filter(|s| s.points.last().is_some_and(|p| p.v.is_some()))
@@ -97,7 +97,7 @@ impl Store {
     }
 
     /// Series named `name` (all series when `None`).
-    pub fn candidates(&self, name: Option<&str>) -> Box<dyn Iterator<Item = &Series> + '_> {
+    pub(crate) fn candidates(&self, name: Option<&str>) -> Box<dyn Iterator<Item = &Series> + '_> {
         match name {
             Some(n) => Box::new(
                 self.by_name

@@ -99,7 +99,11 @@ pub(super) fn reads(
     namespace: &str,
     now_ms: i64,
 ) -> Reads {
-    let prometheus = spec.effective_provider() == MetricProvider::Prometheus;
+    // Under the Custom provider there is no Prometheus to read: the drain waits `drainSeconds`.
+    let prometheus = match spec.effective_provider() {
+        MetricProvider::Prometheus => true,
+        MetricProvider::Custom => false,
+    };
     let cache_aware =
         spec.effective_scale_down_behavior() == llmscaler_api::ScaleDownBehavior::CacheAware;
     let pods =

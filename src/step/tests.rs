@@ -498,7 +498,7 @@ fn the_operator_and_the_replay_take_the_same_steps() {
     use crate::simulate::policies::LlmscalerPolicy;
     use crate::simulate::replay::{self, Settings};
     let spec = differential_spec();
-    llmscaler_api::check_spec(&spec).expect("valid");
+    llmscaler_api::check_spec(&spec, &llmscaler_api::OperatorPolicy::default()).expect("valid");
     // 40 requests/s for 150 s, then quiet for 200 s.
     let requests: Vec<llmscaler_loadmodel::Request> = (0..6_000)
         .map(|i| llmscaler_loadmodel::Request {

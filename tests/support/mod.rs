@@ -218,7 +218,7 @@ pub fn prometheus_source(
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let endpoint = Endpoint::new(url, &headers)
+    let endpoint = Endpoint::new(url, &headers, client.policy())
         .expect("endpoint")
         .with_timeout(timeout);
     PrometheusSource::new(client.clone(), endpoint)

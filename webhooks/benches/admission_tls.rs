@@ -13,6 +13,8 @@
 //! requests in flight for the maximum throughput. Client and servers share the process and the
 //! machine. Last, the cost of the pure handlers alone (`review::handle`, no network).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,6 +77,7 @@ async fn start_webhook(resolver: Arc<CertResolver>) -> SocketAddr {
         listener,
         resolver,
         std::future::pending::<()>(),
+        server::WebhookContext::new(llmscaler_api::OperatorPolicy::default()),
     ));
     addr
 }
@@ -273,6 +276,7 @@ async fn main() {
         results.push(run);
     }
     let iterations = 20_000u32;
+    let policy = llmscaler_api::OperatorPolicy::default();
     for (name, endpoint) in [
         ("validate", llmscaler_webhooks::review::Endpoint::Validate),
         ("mutate", llmscaler_webhooks::review::Endpoint::Mutate),
@@ -281,6 +285,7 @@ async fn main() {
         for _ in 0..iterations {
             std::hint::black_box(llmscaler_webhooks::review::handle(
                 endpoint,
+                &policy,
                 Some("application/json"),
                 std::hint::black_box(&body),
             ));

@@ -20,13 +20,13 @@ use serde_json::{Value, json};
 use crate::review::Reply;
 
 /// `status.reason` of a denial for a missing permission on the target.
-pub const REASON_FORBIDDEN: &str = "Forbidden";
+pub(crate) const REASON_FORBIDDEN: &str = "Forbidden";
 /// `status.code` of such a denial (HTTP 403).
-pub const CODE_FORBIDDEN: u16 = 403;
+pub(crate) const CODE_FORBIDDEN: u16 = 403;
 
 /// Asks the API server whether requesting users may scale the targets they name.
 #[derive(Clone)]
-pub struct TargetAccess {
+pub(crate) struct TargetAccess {
     client: kube::Client,
 }
 
@@ -139,7 +139,7 @@ pub fn needed(body: &[u8]) -> Option<Check> {
 impl TargetAccess {
     /// Reviews with `client` (the operator's own credentials: it needs `create` on
     /// `subjectaccessreviews.authorization.k8s.io` and API discovery).
-    pub fn new(client: kube::Client) -> Self {
+    pub(crate) fn new(client: kube::Client) -> Self {
         Self { client }
     }
 
@@ -147,7 +147,7 @@ impl TargetAccess {
     /// allows a create or a `targetRef` change, a `SubjectAccessReview` for `update` on the
     /// target's `scale` subresource; a refusal (or a review that fails) turns the reply into a
     /// denial (code 403) naming the user, the verb, the resource and the target.
-    pub async fn check(&self, body: &[u8], reply: Reply) -> Reply {
+    pub(crate) async fn check(&self, body: &[u8], reply: Reply) -> Reply {
         if reply.status != 200 || !allowed(&reply) {
             return reply;
         }
@@ -343,9 +343,9 @@ fn allowed(reply: &Reply) -> bool {
 }
 
 /// `status.reason` of a denial for a target another LLMScaler already scales.
-pub const REASON_CONFLICT: &str = "Conflict";
+pub(crate) const REASON_CONFLICT: &str = "Conflict";
 /// `status.code` of such a denial (HTTP 409).
-pub const CODE_CONFLICT: u16 = 409;
+pub(crate) const CODE_CONFLICT: u16 = 409;
 
 fn deny_conflict(reply: Reply, message: &str) -> Reply {
     edit_response(reply, |response| {

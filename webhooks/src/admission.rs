@@ -14,21 +14,21 @@ use kube::core::{DynamicObject, Status};
 use llmscaler_api::names;
 use llmscaler_api::validation::parse_json_value;
 use llmscaler_api::{
-    FieldError, LLMScaler, LLMScalerSpec, ValidationErrors, apply_defaults, spec_warnings,
+    LLMScaler, LLMScalerSpec, OperatorPolicy, ValidationErrors, apply_defaults, spec_warnings,
     validate_spec,
 };
 use serde_json::Value;
 
 /// `status.reason` of a denial for an invalid spec (kubectl prints `Error from server
 /// (Invalid)`).
-pub const REASON_INVALID: &str = "Invalid";
+pub(crate) const REASON_INVALID: &str = "Invalid";
 /// `status.code` of a denial for an invalid spec (HTTP 422 Unprocessable Entity, like the API
 /// server's own field validation).
-pub const CODE_INVALID: u16 = 422;
+pub(crate) const CODE_INVALID: u16 = 422;
 /// `status.reason` of a denial for a request this webhook should never have been sent.
-pub const REASON_BAD_REQUEST: &str = "BadRequest";
+pub(crate) const REASON_BAD_REQUEST: &str = "BadRequest";
 /// `status.code` of such a denial (HTTP 400).
-pub const CODE_BAD_REQUEST: u16 = 400;
+pub(crate) const CODE_BAD_REQUEST: u16 = 400;
 
 /// Validating admission (docs/admission.md) of a CREATE or UPDATE of an `LLMScaler`.
 ///
@@ -40,12 +40,16 @@ pub const CODE_BAD_REQUEST: u16 = 400;
 /// - Denied with `status.reason = "Invalid"`, `status.code = 422` and a message listing every
 ///   violation as `path: reason`, one per line: a field of the wrong type (the first one serde
 ///   meets, with its path, e.g. `spec.minReplicas: invalid type: ...`), then every rule of
-///   [`llmscaler_api::validate_spec`]. Warnings are attached to a denial too when the spec
+///   [`llmscaler_api::validate_spec`] and [`llmscaler_api::validation::validate_namespace_rules`]
+///   under `policy` (the operator's flags, `docs/security.md`). Warnings are attached to a denial too when the spec
 ///   could be read.
 /// - Denied with `status.reason = "BadRequest"`, code 400: another kind, or no object.
 ///
 /// An UPDATE that changes the spec is checked exactly like CREATE: only the new object counts.
-pub fn validate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+pub fn validate(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &OperatorPolicy,
+) -> AdmissionResponse {
     let response = AdmissionResponse::from(req);
     let object = match admitted_object(req) {
         Admit::Skip => return response,
@@ -56,11 +60,11 @@ pub fn validate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         Ok(scaler) => scaler,
         Err(errors) => return invalid(response, &errors),
     };
-    let mut errors = validate_spec(&scaler.spec);
+    let mut errors = validate_spec(&scaler.spec, policy);
     errors.extend(llmscaler_api::validation::validate_namespace_rules(
         &scaler.spec,
         req.namespace.as_deref().unwrap_or_default(),
-        llmscaler_api::policy::current(),
+        policy,
     ));
     let warnings = spec_warnings(&scaler.spec);
     let mut response = if errors.is_empty() {
@@ -117,7 +121,7 @@ pub fn mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
 /// spec after [`apply_defaults`]), with pointers under `/spec`. Only members missing from
 /// `original` (or `null` there) are added; objects present on both sides are walked; arrays and
 /// scalars are never touched, so a user's value can never be replaced.
-pub fn default_additions(original: &Value, defaulted: &Value) -> Vec<PatchOperation> {
+pub(crate) fn default_additions(original: &Value, defaulted: &Value) -> Vec<PatchOperation> {
     let mut operations = Vec::new();
     collect_additions(
         &mut PointerBuf::from_tokens(["spec"]),
@@ -215,12 +219,6 @@ fn bad_request(mut response: AdmissionResponse, message: &str) -> AdmissionRespo
     response.allowed = false;
     response.result = Status::failure(message, REASON_BAD_REQUEST).with_code(CODE_BAD_REQUEST);
     response
-}
-
-/// Formats violations the way a denial does (one `path: reason` per line); exposed for callers
-/// that want the same text, e.g. the controller's condition message.
-pub fn denial_message(errors: &[FieldError]) -> String {
-    ValidationErrors(errors.to_vec()).to_string()
 }
 
 #[cfg(test)]

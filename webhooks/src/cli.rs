@@ -56,21 +56,6 @@ impl PolicyArgs {
             operator_namespace: operator_namespace.map(str::to_owned),
         })
     }
-
-    /// Parses the flags and installs the policy for the process
-    /// ([`llmscaler_api::policy::install`]).
-    ///
-    /// # Errors
-    /// As [`PolicyArgs::policy`].
-    pub fn install(&self, operator_namespace: Option<&str>) -> Result<(), String> {
-        let policy = self.policy(operator_namespace)?;
-        if !llmscaler_api::policy::install(policy.clone())
-            && llmscaler_api::policy::current() != &policy
-        {
-            return Err("the operator policy was already installed with other values".to_owned());
-        }
-        Ok(())
-    }
 }
 
 /// Arguments of `llmscaler webhook`.
@@ -104,7 +89,7 @@ pub async fn serve(
     args: &WebhookArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    args.policy.install(None).map_err(Error::Policy)?;
+    let policy = args.policy.policy(None).map_err(Error::Policy)?;
     let (cert, key) = server::read_pair(&args.tls_cert_file, &args.tls_key_file).await?;
     let resolver = CertResolver::new();
     resolver.set(std::sync::Arc::new(server::certified_key_from_pem(
@@ -131,7 +116,13 @@ pub async fn serve(
         Duration::from_millis(args.cert_reload_interval_ms.max(10)),
         Some((cert, key)),
     ));
-    let result = server::serve(listener, resolver, shutdown).await;
+    let result = server::serve(
+        listener,
+        resolver,
+        shutdown,
+        server::WebhookContext::new(policy),
+    )
+    .await;
     watcher.abort();
     result
 }

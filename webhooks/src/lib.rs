@@ -20,8 +20,6 @@
 //! - [`cli`]: `llmscaler webhook --listen ADDR --tls-cert-file F --tls-key-file F`, the server
 //!   alone with no cluster.
 
-#![warn(missing_docs)]
-
 pub mod access;
 pub mod admission;
 pub mod cli;

@@ -41,7 +41,7 @@ pub struct Limits {
 
 /// The admission webhook's limits: the API server keeps a few long-lived HTTP/2 connections
 /// and sends small reviews; 5 s to send a head or a body is generous for it.
-pub const WEBHOOK_LIMITS: Limits = Limits {
+pub(crate) const WEBHOOK_LIMITS: Limits = Limits {
     handshake: Duration::from_secs(5),
     first_request: Duration::from_secs(8),
     header_read: Duration::from_secs(5),
@@ -87,7 +87,7 @@ pub fn configure<A: axum_server::Address, Acc>(
 /// has not answered within `limits.body` gets `408` and its connection is closed, and a body
 /// that sends no data for `limits.body` fails. A client trickling a body a byte a second is
 /// cut off by the first.
-pub fn with_body_timeout(router: Router, limits: &Limits) -> Router {
+pub(crate) fn with_body_timeout(router: Router, limits: &Limits) -> Router {
     router
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             limits.body,
@@ -102,14 +102,14 @@ pub fn with_body_timeout(router: Router, limits: &Limits) -> Router {
 /// `max_connections` slots; a connection that finds none gets `503` with `Connection: close`
 /// on every request. The slot is released when the connection (and so the service) is dropped.
 #[derive(Clone, Debug)]
-pub struct ConnectionLimit {
+pub(crate) struct ConnectionLimit {
     router: Router,
     slots: Arc<Semaphore>,
 }
 
 impl ConnectionLimit {
     /// At most `limits.max_connections` connections served by `router` at once.
-    pub fn new(router: Router, limits: &Limits) -> Self {
+    pub(crate) fn new(router: Router, limits: &Limits) -> Self {
         Self {
             router,
             slots: Arc::new(Semaphore::new(limits.max_connections)),
@@ -141,7 +141,7 @@ impl<T> tower::Service<T> for ConnectionLimit {
 
 /// One connection's service: the router when the connection holds a slot, else `503`.
 #[derive(Clone, Debug)]
-pub struct Limited {
+pub(crate) struct Limited {
     router: Router,
     _slot: Option<Arc<OwnedSemaphorePermit>>,
     admitted: bool,

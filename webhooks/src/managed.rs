@@ -6,15 +6,16 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use llmscaler_api::OperatorPolicy;
 use llmscaler_certs::CertConfig;
 
 use crate::Error;
 use crate::server::{self, CertResolver};
 
 /// Default name of the Secret holding the webhook's CA and serving certificate.
-pub const DEFAULT_SECRET_NAME: &str = "llmscaler-webhook-certs";
+pub(crate) const DEFAULT_SECRET_NAME: &str = "llmscaler-webhook-certs";
 /// Default name of the webhook Service (the serving certificate's DNS names derive from it).
-pub const DEFAULT_SERVICE_NAME: &str = "llmscaler-webhook";
+pub(crate) const DEFAULT_SERVICE_NAME: &str = "llmscaler-webhook";
 
 /// Command-line flags of the managed webhook, meant to be `#[command(flatten)]`ed into the
 /// operator's `run` arguments: `--webhook-listen`, `--cert-secret`, `--webhook-service`,
@@ -65,11 +66,12 @@ impl ManagedArgs {
 
 /// First delay between two attempts to start the webhook; doubled after each failure up to
 /// [`START_BACKOFF_MAX`] (`docs/security.md#availability`).
-pub const START_BACKOFF_FIRST: Duration = Duration::from_millis(500);
+pub(crate) const START_BACKOFF_FIRST: Duration = Duration::from_millis(500);
 /// Longest delay between two attempts to start the webhook.
-pub const START_BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const START_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// Runs the admission webhook of an operator in `namespace` until `shutdown` completes:
+/// Runs the admission webhook of an operator in `namespace`, checking specs against `policy`,
+/// until `shutdown` completes:
 /// brings the Secret up to date (creating the CA and serving certificate if absent), binds
 /// [`ManagedArgs::webhook_listen`], serves with the Secret's certificate, and keeps running
 /// `llmscaler_certs::maintain` beside the server, which rotates the certificates, re-injects
@@ -88,6 +90,7 @@ pub async fn run(
     client: kube::Client,
     namespace: &str,
     args: &ManagedArgs,
+    policy: OperatorPolicy,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -124,7 +127,11 @@ pub async fn run(
             tracing::warn!(error = %err, "new serving certificate not loaded; keeping the old one");
         }
     }));
-    let result = server::serve_with(listener, resolver, stopped(stop_rx), Some(access)).await;
+    let context = server::WebhookContext {
+        policy,
+        access: Some(access),
+    };
+    let result = server::serve(listener, resolver, stopped(stop_rx), context).await;
     certs.abort();
     watcher.abort();
     result
@@ -202,9 +209,15 @@ mod tests {
         let cli = Cli::try_parse_from(["llmscaler", "--webhook-listen=127.0.0.1:0"]).expect("args");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            run(client, "ops", &cli.args, async move {
-                let _ = rx.await;
-            })
+            run(
+                client,
+                "ops",
+                &cli.args,
+                OperatorPolicy::default(),
+                async move {
+                    let _ = rx.await;
+                },
+            )
             .await
         });
         // Several attempts fit in 2 s (0.5 + 1 s of backoff); the task must still be running.

@@ -9,15 +9,16 @@
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use llmscaler_api::OperatorPolicy;
 use llmscaler_api::validation::parse_json_value;
 use serde_json::{Value, json};
 
 use crate::admission;
 
 /// The only `AdmissionReview` API version accepted.
-pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+pub(crate) const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 /// `kind` of the request envelope.
-pub const ADMISSION_KIND: &str = "AdmissionReview";
+pub(crate) const ADMISSION_KIND: &str = "AdmissionReview";
 /// Largest request body accepted, in bytes (1 MiB; the API server sends far less for one
 /// `LLMScaler`). Larger bodies get 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -34,9 +35,13 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    fn handle(self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    fn handle(
+        self,
+        request: &AdmissionRequest<DynamicObject>,
+        policy: &OperatorPolicy,
+    ) -> AdmissionResponse {
         match self {
-            Endpoint::Validate => admission::validate(request),
+            Endpoint::Validate => admission::validate(request, policy),
             Endpoint::Mutate => admission::mutate(request),
         }
     }
@@ -53,16 +58,21 @@ pub struct Reply {
 
 /// Whether a `Content-Type` header value is JSON (`application/json`, any parameters, any
 /// case).
-pub fn is_json_content_type(value: &str) -> bool {
+pub(crate) fn is_json_content_type(value: &str) -> bool {
     value
         .split(';')
         .next()
         .is_some_and(|media| media.trim().eq_ignore_ascii_case(JSON))
 }
 
-/// Answers one request body. `content_type` is the raw header value (`None` when absent).
-/// Never panics; see the module docs for the status codes.
-pub fn handle(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Reply {
+/// Answers one request body under the operator `policy`. `content_type` is the raw header
+/// value (`None` when absent). Never panics; see the module docs for the status codes.
+pub fn handle(
+    endpoint: Endpoint,
+    policy: &OperatorPolicy,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Reply {
     if !content_type.is_some_and(is_json_content_type) {
         return error_reply(
             415,
@@ -77,13 +87,13 @@ pub fn handle(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Re
         return too_large();
     }
     match read_request(body) {
-        Ok(request) => review_reply(endpoint.handle(&request)),
+        Ok(request) => review_reply(endpoint.handle(&request, policy)),
         Err(message) => error_reply(400, "BadRequest", &message),
     }
 }
 
 /// The 413 reply for a body over [`MAX_BODY_BYTES`].
-pub fn too_large() -> Reply {
+pub(crate) fn too_large() -> Reply {
     error_reply(
         413,
         "RequestEntityTooLarge",
@@ -147,7 +157,7 @@ fn review_reply(response: AdmissionResponse) -> Reply {
 }
 
 /// A 4xx/5xx reply whose body is a Kubernetes `Status` object.
-pub fn error_reply(status: u16, reason: &str, message: &str) -> Reply {
+pub(crate) fn error_reply(status: u16, reason: &str, message: &str) -> Reply {
     let body = json!({
         "apiVersion": "v1",
         "kind": "Status",

@@ -23,6 +23,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, version};
 
+use llmscaler_api::OperatorPolicy;
+
 use crate::Error;
 use crate::access::TargetAccess;
 use crate::review::{self, Endpoint, MAX_BODY_BYTES, Reply};
@@ -32,9 +34,9 @@ pub const VALIDATE_PATH: &str = "/validate";
 /// Path of the mutating endpoint.
 pub const MUTATE_PATH: &str = "/mutate";
 /// Path of the health endpoint (`200 ok` once serving).
-pub const HEALTHZ_PATH: &str = "/healthz";
+pub(crate) const HEALTHZ_PATH: &str = "/healthz";
 /// How long a graceful shutdown waits for open requests before closing connections.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The serving certificate, swappable while serving: a rustls [`ResolvesServerCert`] that
 /// hands every new handshake the [`CertifiedKey`] set last. Cheap to read (an atomic load), so
@@ -148,40 +150,58 @@ pub fn tls_config(resolver: Arc<CertResolver>) -> Result<ServerConfig, Error> {
     Ok(config)
 }
 
-/// The routes: `POST /validate`, `POST /mutate`, `GET /healthz`. Bodies are read up to
-/// [`MAX_BODY_BYTES`] (413 beyond, after draining up to [`MAX_DRAIN_BYTES`]); every error is a JSON
-/// `Status` (see [`crate::review`]).
-pub fn router() -> Router {
-    router_with(None)
+/// What the routes of one webhook server share besides the request.
+#[derive(Clone)]
+pub struct WebhookContext {
+    /// The operator-wide policy specs are checked against (`docs/security.md`): the flags of
+    /// `llmscaler run` or `llmscaler webhook`.
+    pub policy: OperatorPolicy,
+    /// The target-access check of [`crate::access`] on `POST /validate`: the operator's
+    /// managed webhook sets it; the standalone `llmscaler webhook` has no cluster to ask.
+    pub(crate) access: Option<TargetAccess>,
 }
 
-/// [`router`] with the target-access check of [`crate::access`] on `POST /validate` when
-/// `access` is given (the operator's managed webhook; the standalone `llmscaler webhook` has no
-/// cluster to ask).
-pub fn router_with(access: Option<TargetAccess>) -> Router {
+impl WebhookContext {
+    /// A context checking against `policy`, without the target-access check.
+    pub fn new(policy: OperatorPolicy) -> Self {
+        Self {
+            policy,
+            access: None,
+        }
+    }
+}
+
+/// The routes: `POST /validate`, `POST /mutate`, `GET /healthz`, answering under `context`.
+/// Bodies are read up to [`MAX_BODY_BYTES`] (413 beyond, after draining up to
+/// [`MAX_DRAIN_BYTES`]); every error is a JSON `Status` (see [`crate::review`]).
+pub fn router(context: WebhookContext) -> Router {
     Router::new()
         .route(VALIDATE_PATH, post(validate))
         .route(MUTATE_PATH, post(mutate))
         .route(HEALTHZ_PATH, get(|| async { "ok" }))
         .layer(DefaultBodyLimit::disable())
-        .with_state(Arc::new(access))
+        .with_state(Arc::new(context))
 }
 
 async fn validate(
-    State(access): State<Arc<Option<TargetAccess>>>,
+    State(context): State<Arc<WebhookContext>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    admit(Endpoint::Validate, access.as_ref().as_ref(), &headers, body).await
+    admit(Endpoint::Validate, &context, &headers, body).await
 }
 
-async fn mutate(headers: HeaderMap, body: Body) -> Response {
-    admit(Endpoint::Mutate, None, &headers, body).await
+async fn mutate(
+    State(context): State<Arc<WebhookContext>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    admit(Endpoint::Mutate, &context, &headers, body).await
 }
 
 async fn admit(
     endpoint: Endpoint,
-    access: Option<&TargetAccess>,
+    context: &WebhookContext,
     headers: &HeaderMap,
     body: Body,
 ) -> Response {
@@ -202,10 +222,10 @@ async fn admit(
     }
     let reply = match read_limited(body).await {
         BodyRead::Complete(bytes) => {
-            let reply = review::handle(endpoint, content_type, &bytes);
-            match access {
-                Some(access) => access.check(&bytes, reply).await,
-                None => reply,
+            let reply = review::handle(endpoint, &context.policy, content_type, &bytes);
+            match (endpoint, &context.access) {
+                (Endpoint::Validate, Some(access)) => access.check(&bytes, reply).await,
+                (Endpoint::Validate | Endpoint::Mutate, _) => reply,
             }
         }
         BodyRead::TooLarge { drained: true } => review::too_large(),
@@ -223,7 +243,7 @@ async fn admit(
 /// Largest body read to its end (and discarded) before answering 413, in bytes (16 MiB), so a
 /// client that sends an oversized body still reads the answer and keeps its connection.
 /// Beyond it the connection is closed.
-pub const MAX_DRAIN_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_DRAIN_BYTES: usize = 16 * 1024 * 1024;
 
 enum BodyRead {
     Complete(Vec<u8>),
@@ -269,9 +289,9 @@ fn into_response(reply: Reply) -> Response {
         .into_response()
 }
 
-/// Serves [`router`] over TLS on `listener` until `shutdown` completes, then stops accepting
-/// and gives open requests [`SHUTDOWN_GRACE`] to finish. The listener is hardened with
-/// [`crate::listener::WEBHOOK_LIMITS`] (`docs/security.md#listeners`).
+/// Serves [`router`] with `context` over TLS on `listener` until `shutdown` completes, then
+/// stops accepting and gives open requests [`SHUTDOWN_GRACE`] to finish. The listener is
+/// hardened with [`crate::listener::WEBHOOK_LIMITS`] (`docs/security.md#listeners`).
 ///
 /// # Errors
 /// [`Error::Tls`] for a bad TLS configuration, [`Error::Serve`] when the listener fails.
@@ -279,19 +299,7 @@ pub async fn serve(
     listener: std::net::TcpListener,
     resolver: Arc<CertResolver>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Error> {
-    serve_with(listener, resolver, shutdown, None).await
-}
-
-/// [`serve`] with the target-access check ([`router_with`]).
-///
-/// # Errors
-/// As [`serve`].
-pub async fn serve_with(
-    listener: std::net::TcpListener,
-    resolver: Arc<CertResolver>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    access: Option<TargetAccess>,
+    context: WebhookContext,
 ) -> Result<(), Error> {
     let addr = listener
         .local_addr()
@@ -317,7 +325,7 @@ pub async fn serve_with(
     crate::listener::configure(server, &limits)
         .handle(handle)
         .serve(crate::listener::ConnectionLimit::new(
-            crate::listener::with_body_timeout(router_with(access), &limits),
+            crate::listener::with_body_timeout(router(context), &limits),
             &limits,
         ))
         .await
@@ -330,7 +338,7 @@ pub async fn serve_with(
 /// not load (a file half-written, a key from another certificate) is logged once and retried
 /// at the next check, while the certificate in use stays. Suits Secret volumes, whose files
 /// are swapped atomically by the kubelet.
-pub async fn watch_files(
+pub(crate) async fn watch_files(
     resolver: Arc<CertResolver>,
     cert_file: PathBuf,
     key_file: PathBuf,
@@ -372,7 +380,10 @@ pub async fn watch_files(
 ///
 /// # Errors
 /// [`Error::ReadFile`] naming the file that could not be read.
-pub async fn read_pair(cert_file: &Path, key_file: &Path) -> Result<(Vec<u8>, Vec<u8>), Error> {
+pub(crate) async fn read_pair(
+    cert_file: &Path,
+    key_file: &Path,
+) -> Result<(Vec<u8>, Vec<u8>), Error> {
     let read = |path: &Path| {
         let path = path.to_path_buf();
         async move {

@@ -1,6 +1,9 @@
 //! The HTTP envelope without a server: status codes and bodies for well-formed reviews and for
 //! garbage, and a property test feeding arbitrary JSON to both handlers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
+use llmscaler_api::OperatorPolicy;
 use llmscaler_webhooks::review::{Endpoint, MAX_BODY_BYTES, Reply, handle};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -62,7 +65,12 @@ fn assert_status(reply: &Reply, code: u16, reason: &str) {
 #[test]
 fn well_formed_reviews_get_200_and_the_uid() {
     for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-        let reply = handle(endpoint, JSON, &review_body(valid_object()));
+        let reply = handle(
+            endpoint,
+            &OperatorPolicy::default(),
+            JSON,
+            &review_body(valid_object()),
+        );
         assert_eq!(reply.status, 200);
         let body = body_json(&reply);
         assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
@@ -77,7 +85,13 @@ fn content_type_parameters_and_case_are_accepted() {
     let body = review_body(valid_object());
     for content_type in ["application/json; charset=utf-8", "Application/JSON"] {
         assert_eq!(
-            handle(Endpoint::Validate, Some(content_type), &body).status,
+            handle(
+                Endpoint::Validate,
+                &OperatorPolicy::default(),
+                Some(content_type),
+                &body
+            )
+            .status,
             200
         );
     }
@@ -88,7 +102,12 @@ fn wrong_or_missing_content_type_is_415() {
     let body = review_body(valid_object());
     for content_type in [None, Some("text/plain"), Some("application/yaml"), Some("")] {
         assert_status(
-            &handle(Endpoint::Validate, content_type, &body),
+            &handle(
+                Endpoint::Validate,
+                &OperatorPolicy::default(),
+                content_type,
+                &body,
+            ),
             415,
             "UnsupportedMediaType",
         );
@@ -99,7 +118,7 @@ fn wrong_or_missing_content_type_is_415() {
 fn oversized_body_is_413() {
     let body = vec![b' '; MAX_BODY_BYTES + 1];
     assert_status(
-        &handle(Endpoint::Mutate, JSON, &body),
+        &handle(Endpoint::Mutate, &OperatorPolicy::default(), JSON, &body),
         413,
         "RequestEntityTooLarge",
     );
@@ -128,7 +147,11 @@ fn garbage_is_400() {
         "\u{feff}{}",
     ] {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-            assert_status(&handle(endpoint, JSON, body.as_bytes()), 400, "BadRequest");
+            assert_status(
+                &handle(endpoint, &OperatorPolicy::default(), JSON, body.as_bytes()),
+                400,
+                "BadRequest",
+            );
         }
     }
 }
@@ -138,7 +161,12 @@ fn v1beta1_is_refused_with_a_hint() {
     let body = String::from_utf8(review_body(valid_object()))
         .expect("utf8")
         .replace("admission.k8s.io/v1", "admission.k8s.io/v1beta1");
-    let reply = handle(Endpoint::Validate, JSON, body.as_bytes());
+    let reply = handle(
+        Endpoint::Validate,
+        &OperatorPolicy::default(),
+        JSON,
+        body.as_bytes(),
+    );
     let message = body_json(&reply)["message"]
         .as_str()
         .unwrap_or_default()
@@ -154,7 +182,12 @@ fn deeply_nested_json_is_refused_not_overflowed() {
     let depth = 100_000;
     let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
     assert_status(
-        &handle(Endpoint::Validate, JSON, body.as_bytes()),
+        &handle(
+            Endpoint::Validate,
+            &OperatorPolicy::default(),
+            JSON,
+            body.as_bytes(),
+        ),
         400,
         "BadRequest",
     );
@@ -279,7 +312,7 @@ proptest! {
     fn arbitrary_json_body_never_panics(body in arb_json()) {
         let bytes = serde_json::to_vec(&body).expect("serializes");
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-            check_reply(&handle(endpoint, JSON, &bytes), None)?;
+            check_reply(&handle(endpoint, &OperatorPolicy::default(), JSON, &bytes), None)?;
         }
     }
 
@@ -289,7 +322,7 @@ proptest! {
         review["request"]["operation"] = Value::from(op);
         let bytes = serde_json::to_vec(&review).expect("serializes");
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-            let reply = handle(endpoint, JSON, &bytes);
+            let reply = handle(endpoint, &OperatorPolicy::default(), JSON, &bytes);
             check_reply(&reply, Some("uid-1"))?;
         }
     }
@@ -297,7 +330,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
-            check_reply(&handle(endpoint, JSON, &bytes), None)?;
+            check_reply(&handle(endpoint, &OperatorPolicy::default(), JSON, &bytes), None)?;
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use kube::core::admission::AdmissionReview;
+use llmscaler_api::FieldError;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -482,7 +483,7 @@ fn table_of_specs_gives_the_full_response() {
                 invalid_status(&errors)
             };
             assert_eq!(
-                as_json(validate(&req)),
+                as_json(validate(&req, &OperatorPolicy::default())),
                 expected(errors.is_empty(), status, &case.warnings, None),
                 "validate: {} ({operation})",
                 case.name
@@ -565,13 +566,16 @@ fn delete_and_connect_are_allowed_untouched() {
     for operation in ["DELETE", "CONNECT"] {
         let invalid = scaler(with(json!({"minReplicas": 99})));
         for response in [
-            validate(&request(operation, invalid.clone())),
+            validate(
+                &request(operation, invalid.clone()),
+                &OperatorPolicy::default(),
+            ),
             mutate(&request(operation, invalid.clone())),
         ] {
             assert_eq!(as_json(response), expected(true, json!({}), &[], None));
         }
         let no_object = request(operation, Value::Null);
-        assert!(validate(&no_object).allowed);
+        assert!(validate(&no_object, &OperatorPolicy::default()).allowed);
     }
 }
 
@@ -583,7 +587,7 @@ fn update_is_validated_like_create() {
             json!({"metrics": [{"query": "avg(q)", "target": "80%"}]}),
         )),
     );
-    let response = validate(&req);
+    let response = validate(&req, &OperatorPolicy::default());
     assert!(!response.allowed);
     assert!(
         response
@@ -593,13 +597,44 @@ fn update_is_validated_like_create() {
     );
 }
 
+/// The operator policy is the caller's value (the webhook's context), not a process global:
+/// the same request is allowed under one policy and denied under another in one process.
+#[test]
+fn the_policy_is_the_one_passed_in() {
+    let req = request("CREATE", scaler(with(json!({"maxReplicas": 8}))));
+    assert!(validate(&req, &OperatorPolicy::default()).allowed);
+    let capped = OperatorPolicy {
+        max_replicas_cap: Some(4),
+        ..OperatorPolicy::default()
+    };
+    let response = validate(&req, &capped);
+    assert!(!response.allowed);
+    assert_eq!(
+        response.result.message,
+        "spec.maxReplicas: 8 is over the operator's replica cap 4 (--max-replicas-cap)"
+    );
+    let restricted = OperatorPolicy {
+        restrict_secret_access: true,
+        operator_namespace: Some("ops".to_owned()),
+        ..OperatorPolicy::default()
+    };
+    let from_secret = request(
+        "CREATE",
+        scaler(with(json!({"serverHeadersFrom": [
+            {"name": "Authorization", "secretKeyRef": {"name": "tok", "key": "token"}}
+        ]}))),
+    );
+    assert!(validate(&from_secret, &OperatorPolicy::default()).allowed);
+    assert!(!validate(&from_secret, &restricted).allowed);
+}
+
 #[test]
 fn objects_being_deleted_are_allowed_so_finalizers_can_go() {
     let mut object = scaler(with(json!({"minReplicas": 99})));
     object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
     let req = request("UPDATE", object);
     assert_eq!(
-        as_json(validate(&req)),
+        as_json(validate(&req, &OperatorPolicy::default())),
         expected(true, json!({}), &[], None)
     );
     assert_eq!(as_json(mutate(&req)), expected(true, json!({}), &[], None));
@@ -614,13 +649,13 @@ fn a_metadata_only_update_is_allowed_so_the_operator_can_add_its_finalizer() {
     let mut req = request("UPDATE", object.clone());
     req.old_object = Some(serde_json::from_value(old).expect("old object"));
     assert_eq!(
-        as_json(validate(&req)),
+        as_json(validate(&req, &OperatorPolicy::default())),
         expected(true, json!({}), &[], None)
     );
     // The same spec change is still refused.
     let mut changed = request("UPDATE", object);
     changed.old_object = Some(serde_json::from_value(scaler(base())).expect("old object"));
-    assert!(!validate(&changed).allowed);
+    assert!(!validate(&changed, &OperatorPolicy::default()).allowed);
 }
 
 #[test]
@@ -628,7 +663,7 @@ fn status_updates_are_allowed_untouched() {
     let mut req = request("UPDATE", scaler(with(json!({"minReplicas": 99}))));
     req.sub_resource = Some("status".to_string());
     assert_eq!(
-        as_json(validate(&req)),
+        as_json(validate(&req, &OperatorPolicy::default())),
         expected(true, json!({}), &[], None)
     );
     assert_eq!(as_json(mutate(&req)), expected(true, json!({}), &[], None));
@@ -645,7 +680,7 @@ fn other_kinds_are_denied_with_a_hint() {
     let status =
         json!({"status": "Failure", "code": 400, "reason": "BadRequest", "message": message});
     assert_eq!(
-        as_json(validate(&req)),
+        as_json(validate(&req, &OperatorPolicy::default())),
         expected(false, status.clone(), &[], None)
     );
     assert_eq!(as_json(mutate(&req)), expected(false, status, &[], None));
@@ -655,14 +690,17 @@ fn other_kinds_are_denied_with_a_hint() {
 fn create_without_object_is_denied() {
     let req = request("CREATE", Value::Null);
     let status = json!({"status": "Failure", "code": 400, "reason": "BadRequest", "message": "Create request has no object"});
-    assert_eq!(as_json(validate(&req)), expected(false, status, &[], None));
+    assert_eq!(
+        as_json(validate(&req, &OperatorPolicy::default())),
+        expected(false, status, &[], None)
+    );
 }
 
 #[test]
 fn missing_spec_is_denied_with_the_root_path() {
     let object = json!({"apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler", "metadata": {"name": "s"}});
     let req = request("CREATE", object);
-    let response = validate(&req);
+    let response = validate(&req, &OperatorPolicy::default());
     assert!(!response.allowed);
     assert_eq!(response.result.message, "(root): missing field `spec`");
     assert_eq!(mutate(&req).patch, None);
@@ -670,9 +708,10 @@ fn missing_spec_is_denied_with_the_root_path() {
 
 #[test]
 fn denial_message_is_one_line_per_violation() {
-    let message = denial_message(&[
+    let message = ValidationErrors(vec![
         FieldError::new("spec.a", "x"),
         FieldError::new("spec.b", "y"),
-    ]);
+    ])
+    .to_string();
     assert_eq!(message, "spec.a: x\nspec.b: y");
 }

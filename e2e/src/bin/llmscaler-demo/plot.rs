@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 /// One observation of a closed-loop replay (one line of the demo's live output).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Trace time, seconds.
     pub t_s: f64,
     /// Arrivals per trace second since the previous sample.
@@ -30,7 +30,7 @@ pub struct Sample {
 /// Why the picture was not written.
 #[derive(Debug, thiserror::Error)]
 #[error("drawing {path}: {message}")]
-pub struct PlotError {
+pub(crate) struct PlotError {
     /// The output path.
     pub path: String,
     /// plotters' error text.
@@ -41,7 +41,7 @@ const SIZE: (u32, u32) = (1400, 1000);
 
 /// The scaler's targets per replica, for the dashed lines.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Targets {
+pub(crate) struct Targets {
     /// Target of `avg(vllm:num_requests_waiting)`.
     pub queue: Option<f64>,
     /// Target of `avg(vllm:num_requests_running)`.
@@ -58,7 +58,7 @@ type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::Er
 ///
 /// # Errors
 /// [`PlotError`] when plotters fails (I/O, fonts).
-pub fn draw_png(
+pub(crate) fn draw_png(
     path: &Path,
     samples: &[Sample],
     targets: Targets,

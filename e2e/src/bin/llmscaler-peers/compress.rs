@@ -30,14 +30,14 @@ const KNOWN_SECONDS: &[&str] = &[
 
 /// The speed factor (trace seconds per wall second).
 #[derive(Clone, Copy, Debug)]
-pub struct Compression {
+pub(crate) struct Compression {
     /// Trace seconds per wall second (> 0).
     pub speed: f64,
 }
 
 impl Compression {
     /// A period of `trace_s` trace seconds in whole wall seconds (at least 1).
-    pub fn wall_seconds(self, trace_s: i64) -> i64 {
+    pub(crate) fn wall_seconds(self, trace_s: i64) -> i64 {
         #[allow(clippy::cast_possible_truncation)]
         let s = (trace_s as f64 / self.speed).round() as i64;
         s.max(1)
@@ -54,7 +54,7 @@ impl Compression {
 
     /// `query` with its range selectors divided by the speed, and divided by the speed itself
     /// when it is a per-second rate.
-    pub fn query(self, query: &str) -> String {
+    pub(crate) fn query(self, query: &str) -> String {
         let mut out = String::with_capacity(query.len() + 8);
         let mut rest = query;
         while let Some(open) = rest.find('[') {
@@ -89,7 +89,12 @@ impl Compression {
     ///
     /// # Errors
     /// A field holding seconds that is not one of [`KNOWN_SECONDS`] (it would go uncompressed).
-    pub fn llmscaler(self, manifest: &Value, ns: &str, prometheus: &str) -> anyhow::Result<Value> {
+    pub(crate) fn llmscaler(
+        self,
+        manifest: &Value,
+        ns: &str,
+        prometheus: &str,
+    ) -> anyhow::Result<Value> {
         check_known_seconds(manifest, "")?;
         let mut m = manifest.clone();
         m["metadata"]["namespace"] = json!(ns);
@@ -139,7 +144,7 @@ impl Compression {
     ///
     /// # Errors
     /// A manifest without metrics, or a metric without a query or target.
-    pub fn scaled_object(
+    pub(crate) fn scaled_object(
         self,
         manifest: &Value,
         ns: &str,

@@ -49,7 +49,7 @@ fn load(dir: &Path, name: &'static str, color: RGBColor, replay: &Value) -> anyh
 ///
 /// # Errors
 /// A missing or malformed run file; plotters' errors (I/O, fonts).
-pub fn draw(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn draw(dir: &Path) -> anyhow::Result<()> {
     let replay: Value = std::fs::read_to_string(dir.join("replay.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
