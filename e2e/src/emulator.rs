@@ -41,6 +41,9 @@ use tokio::task::JoinHandle;
 
 /// How often the Ready pods are listed (wall time).
 pub(crate) const POD_POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// The `model_name` label of the emulated replicas' series (real vLLM labels every series with
+/// its `--served-model-name`).
+pub(crate) const MODEL_NAME: &str = "emulated-llm";
 /// How often the model is stepped to the current trace time (wall time).
 pub(crate) const TICK: Duration = Duration::from_millis(100);
 
@@ -182,7 +185,7 @@ impl Inner {
                 (labels, m)
             })
             .collect();
-        let mut text = exposition::render(&series);
+        let mut text = exposition::render(MODEL_NAME, &series);
         let report = self.fleet.report();
         text.push_str(&format!(
             "# HELP emulator_trace_seconds Trace time the emulator has replayed up to.\n\

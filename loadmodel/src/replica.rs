@@ -153,7 +153,7 @@ impl Replica {
     }
 
     /// Queues a request (it arrived at `req.arrival_s`).
-    pub(crate) fn enqueue(&mut self, req: Request) {
+    pub fn enqueue(&mut self, req: Request) {
         self.waiting.push_back(req);
     }
 

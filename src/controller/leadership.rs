@@ -15,7 +15,7 @@ pub struct NotLeader;
 /// Whether this process may write now. Cheap to clone; every clone sees the same state.
 #[derive(Clone, Debug)]
 pub struct Leadership {
-    /// The lease manager's view (`true` while it holds the Lease); `None` without election.
+    /// The election's view (`true` while it holds the Lease); `None` without election.
     lease: Option<watch::Receiver<bool>>,
     /// Turned off for good when the process stops leading (lost Lease, shutdown).
     term: Arc<AtomicBool>,
@@ -30,7 +30,7 @@ impl Leadership {
         }
     }
 
-    /// Leading while the lease manager's channel says so and until [`Leadership::end`] is called:
+    /// Leading while the election's channel says so and until [`Leadership::end`] is called:
     /// one handle per leadership term.
     pub fn term(lease: watch::Receiver<bool>) -> Self {
         Self {
@@ -47,7 +47,7 @@ impl Leadership {
     /// Whether a write may be sent now.
     ///
     /// # Errors
-    /// [`NotLeader`] when the term ended or the lease manager no longer holds the Lease.
+    /// [`NotLeader`] when the term ended or the election no longer holds the Lease.
     pub fn check(&self) -> Result<(), NotLeader> {
         let leading = self.term.load(Ordering::SeqCst)
             && self.lease.as_ref().is_none_or(|lease| *lease.borrow());
