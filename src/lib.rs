@@ -5,6 +5,8 @@
 //! - [`controller`]: the reconcile loop (docs/scaling.md, docs/scale-down.md,
 //!   docs/writing-replicas.md, docs/conditions.md); [`run`]: the `llmscaler run` process;
 //!   [`telemetry`]: the operator's own metrics.
+//! - [`step`]: one sync of one scaler as a pure state machine (sans I/O) returning a plan of
+//!   effects; the controller, `simulate` and `probe` all run it.
 //! - [`engine`]: the pure decision engine of docs/scaling.md (ratio, clamp, stabilization,
 //!   step cap, guards), shared by the controller, `simulate` and `probe`.
 //! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`; `--plot` needs the
@@ -29,4 +31,5 @@ pub mod release;
 pub mod run;
 pub mod scaler_file;
 pub mod simulate;
+pub mod step;
 pub mod telemetry;

@@ -168,6 +168,9 @@ fn run_simulate(args: &SimulateArgs) -> ExitCode {
             "--flash-crowd adds arrivals to a request trace: it needs --requests",
         );
     }
+    if let Err(refused) = simulate::refused_by_metrics(&scaler.spec) {
+        return fail(EXIT_INVALID, &refused);
+    }
     let startup_seconds = args.startup_seconds.unwrap_or(0.0);
     if !(startup_seconds.is_finite() && startup_seconds >= 0.0) {
         return fail(

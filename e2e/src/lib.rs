@@ -146,6 +146,7 @@ impl TestNamespace {
     /// Deletes the namespace (the namespace controller then removes what is in it).
     pub async fn delete(mut self) -> anyhow::Result<()> {
         self.deleted = true;
+        drop_scaler_finalizers(&self.client, &self.name).await;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         namespaces
             .delete(&self.name, &DeleteParams::default())
@@ -160,12 +161,59 @@ impl Drop for TestNamespace {
         if self.deleted {
             return;
         }
-        // Best effort on the failure path only: a panicking test must still not leak its namespace.
+        // Best effort on the failure path only: a panicking test must still not leak its namespace
+        // (nor hold it in Terminating with the operator's finalizer on its LLMScalers).
+        let scalers = std::process::Command::new(kubectl_path())
+            .args(["get", "llmscalers", "-n", &self.name, "-o", "name"])
+            .stderr(std::process::Stdio::null())
+            .output();
+        for scaler in scalers.iter().flat_map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        }) {
+            let _ = std::process::Command::new(kubectl_path())
+                .args([
+                    "patch",
+                    "-n",
+                    &self.name,
+                    &scaler,
+                    "--type",
+                    "merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
         let _ = std::process::Command::new(kubectl_path())
             .args(["delete", "namespace", &self.name, "--wait=false"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();
+    }
+}
+
+/// Removes the operator's finalizer from every LLMScaler of `namespace`, for a test's teardown:
+/// the operator may be stopped already, and a finalizer left would hold the namespace in
+/// `Terminating`. Best effort (a missing CRD or scaler is nothing to do).
+pub async fn drop_scaler_finalizers(client: &Client, namespace: &str) {
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &fixture::scaler_resource());
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return;
+    };
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    for scaler in list.items.iter().filter(|s| !s.finalizers().is_empty()) {
+        let _ = api
+            .patch(
+                &scaler.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await;
     }
 }
 

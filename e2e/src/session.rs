@@ -48,6 +48,7 @@ impl Started {
         }
         drop(self.prometheus.take());
         if let (Some(client), Some(ns)) = (self.client.as_ref(), self.namespace.take()) {
+            crate::drop_scaler_finalizers(client, &ns).await;
             let api: Api<Namespace> = Api::all(client.clone());
             if let Err(err) = api.delete(&ns, &DeleteParams::default()).await {
                 eprintln!("{who}: deleting namespace {ns}: {err}");
@@ -97,6 +98,7 @@ pub async fn fresh_namespace(client: &Client, ns: &str, part_of: &str) -> anyhow
     let api: Api<Namespace> = Api::all(client.clone());
     if api.get_opt(ns).await?.is_some() {
         eprintln!("==> namespace {ns} exists from an earlier run; deleting it first");
+        crate::drop_scaler_finalizers(client, ns).await;
         let _ = api.delete(ns, &DeleteParams::default()).await;
         wait_for(
             &format!("namespace {ns} gone"),

@@ -919,6 +919,17 @@ async fn drain_run(
     let scalers: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &scaler_resource());
     scalers.delete(release, &DeleteParams::default()).await?;
+    // The operator's finalizer hands the target back before the scaler goes: uninstall after.
+    wait_for("the LLMScaler to be gone", Duration::from_secs(60), || {
+        let scalers = scalers.clone();
+        async move {
+            Ok(match scalers.get_opt(release).await? {
+                None => Check::Done(()),
+                Some(_) => Check::NotYet("still there".to_owned()),
+            })
+        }
+    })
+    .await?;
     installed.uninstall()?;
     Ok(failed)
 }

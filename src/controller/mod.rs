@@ -1,29 +1,32 @@
 //! The controller: every `syncPeriodSeconds`, each LLMScaler is synced as
-//! observe → decide → act → report (`docs/scaling.md`):
-//! - [`observe`]: re-check the spec, read the target and the metrics (reads only);
-//! - [`decide`]: the engine's decision, the write to make, contest detection (pure);
-//! - [`drain`]: the opt-in drain before a scale-down, across syncs;
-//! - [`act`]: victim marks, `spec.replicas`, status and Events, each write checked against the
-//!   [`leadership`] handle right before it;
-//! - [`report`]: the new status, the Events of condition flips, the operator's metrics;
+//! observe → step → act → report (`docs/scaling.md`):
+//! - [`observe`]: re-check the spec, read the target, the metrics and what the step asks for
+//!   (reads only; Secrets and the metric source once per sync, pods from the [`pod_cache`]);
+//! - [`crate::step`]: the pure step, which decides everything and returns a plan of effects;
+//! - [`act`]: carries the plan's effects out (rotation labels, victim marks, `spec.replicas`,
+//!   Events), each write checked against the [`leadership`] handle right before it;
+//! - [`report`]: the new status and the Events of condition flips, the operator's metrics;
 //! - [`state`]: per-scaler memory, evicted with the scaler.
+//!
+//! Every LLMScaler carries the [`FINALIZER`]: on delete the operator hands its target back as
+//! `llmscaler release` does (drained pods back in rotation, its pod marks cleared, its ownership
+//! of `spec.replicas` dropped, the value kept; docs/uninstall.md#deleting-an-llmscaler).
 //!
 //! Pacing is a per-scaler requeue to the scaler's next due time ([`pacing`]: a stable phase in
 //! its period, so scalers with the same period do not fire together), with at most
 //! [`Context::max_concurrent_syncs`] syncs at once; the watch on LLMScalers is filtered by
 //! `metadata.generation` so the operator's own status writes do not re-trigger a sync.
 
-pub mod act;
+pub(crate) mod act;
 pub mod competitors;
-pub mod decide;
-pub mod drain;
+mod events;
 pub mod history;
 pub mod leadership;
-pub mod observe;
+pub(crate) mod observe;
 pub mod pacing;
 pub mod pod_cache;
-pub mod report;
-pub mod state;
+pub(crate) mod report;
+pub(crate) mod state;
 pub mod target;
 pub mod target_cache;
 pub mod victims;
@@ -33,28 +36,35 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use llmscaler_api::names::FIELD_MANAGER;
-use llmscaler_api::{LLMScaler, LLMScalerSpec, apply_defaults};
+use llmscaler_api::{LLMScaler, apply_defaults};
 
+use crate::engine::capacity::CapacityInput;
 use crate::engine::clock::{Clock, SystemClock};
-use crate::engine::conditions::{self, WriteOutcome};
-use crate::engine::startup::StartupTracker;
+use crate::engine::conditions;
+use crate::metrics::MetricError;
 use crate::metrics::MetricsClient;
+use crate::release::ReleaseError;
+use crate::step;
+use crate::step::Scaler;
 use crate::telemetry::Metrics;
-use act::StatusError;
-use decide::Acting;
-use leadership::Leadership;
-use observe::{CapacityReadings, Observation, Observed};
-use report::Outcome;
-use state::{ScalerKey, ScalerState, States};
+use leadership::{Leadership, NotLeader};
+use llmscaler_api::LLMScalerSpec;
+use observe::{Observation, Observed};
+use report::StatusError;
+use state::{ScalerKey, States};
 use target::Resolver;
+
+/// The finalizer the operator puts on every LLMScaler it syncs, so that a deleted scaler hands
+/// its target back before it goes (also when it was deleted while the operator was down).
+pub const FINALIZER: &str = "autoscaling.modelsphere.dev/cleanup";
 
 /// What a reconcile can fail with (it then retries after `retryPeriodSeconds`).
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +78,27 @@ pub enum ControllerError {
         #[source]
         source: StatusError,
     },
+    /// Handing the target back after a delete failed (retried).
+    #[error("cleaning up after {scaler} was deleted: {source}")]
+    Cleanup {
+        /// `namespace/name`.
+        scaler: String,
+        /// Why.
+        #[source]
+        source: ReleaseError,
+    },
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer of {scaler}: {source}")]
+    Finalizer {
+        /// `namespace/name`.
+        scaler: String,
+        /// Why.
+        #[source]
+        source: Box<finalizer::Error<ControllerError>>,
+    },
+    /// This replica does not lead (any more).
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
 }
 
 impl ControllerError {
@@ -75,8 +106,25 @@ impl ControllerError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             ControllerError::Status { .. } => "status_write",
+            ControllerError::Cleanup { .. } => "cleanup",
+            ControllerError::Finalizer { .. } => "finalizer",
+            ControllerError::NotLeader(_) => "not_leader",
         }
     }
+}
+
+/// One sync of one scaler: what every stage takes instead of positional arguments.
+pub(crate) struct SyncContext<'a> {
+    /// The term's shared state.
+    pub ctx: &'a Context,
+    /// The scaler as the watch delivered it (spec not defaulted).
+    pub scaler: &'a LLMScaler,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// The time of the sync, Unix milliseconds (read once).
+    pub now_ms: i64,
 }
 
 /// The default of [`Context::max_concurrent_syncs`] (`--max-concurrent-syncs`).
@@ -112,7 +160,7 @@ pub struct Context {
     /// as evaluation lag.
     pub max_concurrent_syncs: u16,
     /// Per-scaler memory.
-    pub states: States,
+    pub(crate) states: States,
     /// The LLMScalers the controller watches (another scaler on the same target competes).
     pub scalers: Store<LLMScaler>,
     /// Feeds [`Context::scalers`]; taken by [`run`].
@@ -272,12 +320,19 @@ fn cached_hpa(hpa: &mut HorizontalPodAutoscaler) {
     }
 }
 
-/// What re-triggers a sync besides the requeue: a new `metadata.generation` (a spec change) or a
-/// change of the pause annotation; the operator's own status writes do not.
+/// What re-triggers a sync besides the requeue: a new `metadata.generation` (a spec change), a
+/// change of the pause annotation, of the finalizers or a delete; the operator's own status
+/// writes do not.
 fn spec_or_pause(scaler: &LLMScaler) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     predicates::generation(scaler).hash(&mut hasher);
+    scaler.finalizers().hash(&mut hasher);
+    scaler
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
     scaler
         .annotations()
         .get(llmscaler_api::names::PAUSED_ANNOTATION)
@@ -321,47 +376,113 @@ fn seconds(s: i32) -> Duration {
     Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))
 }
 
-/// One sync of one LLMScaler: observe → decide → act → report.
+/// One reconcile of one LLMScaler: under the [`FINALIZER`], a sync, or the clean-up of a
+/// deleted scaler.
 async fn reconcile(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
-    let timer = std::time::Instant::now();
-    let now = ctx.clock.now();
+    let namespace = scaler.namespace().unwrap_or_default();
+    let who = format!("{namespace}/{}", scaler.name_any());
+    let api: Api<LLMScaler> = Api::namespaced(ctx.client.clone(), &namespace);
+    // The finalizer helper patches the scaler: a write like any other.
+    ctx.leadership.check()?;
+    finalizer(&api, FINALIZER, scaler, |event| async {
+        match event {
+            finalizer::Event::Apply(scaler) => sync(scaler, ctx.clone()).await,
+            finalizer::Event::Cleanup(scaler) => cleanup(scaler, ctx.clone()).await,
+        }
+    })
+    .await
+    .map_err(|source| ControllerError::Finalizer {
+        scaler: who,
+        source: Box::new(source),
+    })
+}
+
+/// A deleted scaler hands its target back as `llmscaler release` does: drained pods back in
+/// rotation, the operator's pod marks cleared, its ownership of `spec.replicas` dropped (the
+/// value stays). A target already gone has nothing to hand back.
+async fn cleanup(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let key = (scaler.namespace().unwrap_or_default(), scaler.name_any());
+    ctx.leadership.check()?;
+    match crate::release::release(&ctx.client, &scaler.spec.target_ref, &key.0, true).await {
+        Ok(released) => {
+            tracing::info!(namespace = %key.0, name = %key.1, returned = ?released.pods_returned, cleared = ?released.pods_cleared, dropped_replicas = released.dropped_replicas, "scaler deleted: target handed back");
+        }
+        Err(ReleaseError::Resolve(err)) if err.is_not_found() => {}
+        Err(ReleaseError::Api {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 404 => {}
+        Err(source) => {
+            return Err(ControllerError::Cleanup {
+                scaler: format!("{}/{}", key.0, key.1),
+                source,
+            });
+        }
+    }
+    ctx.forget(&key);
+    Ok(Action::await_change())
+}
+
+/// One sync of one LLMScaler: observe → step → act → report.
+async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    let timer = std::time::Instant::now();
+    let now_ms = ctx.clock.now().as_millisecond();
+    let (namespace, name) = (scaler.namespace().unwrap_or_default(), scaler.name_any());
+    let key = (namespace.clone(), name.clone());
+    let sync = SyncContext {
+        ctx: &ctx,
+        scaler: &scaler,
+        namespace: &namespace,
+        name: &name,
+        now_ms,
+    };
     let mut spec = scaler.spec.clone();
     apply_defaults(&mut spec);
-
     let mut state = ctx.states.take(&key, scaler.metadata.uid.as_deref());
     if let Some(lag) = state
         .due_ms
-        .and_then(|due| pacing::lag_seconds(due, now.as_millisecond()))
+        .and_then(|due| pacing::lag_seconds(due, now_ms))
     {
         ctx.telemetry.evaluation_lag.observe(lag);
     }
-    let (outcome, due_ms) = sync(&ctx, &scaler, &spec, &mut state, now).await;
+    let step = state
+        .scaler
+        .get_or_insert_with(|| Scaler::new(&spec, scaler.status.as_ref()));
+    step.respec(&spec);
+    let custom = match spec.effective_provider() {
+        llmscaler_api::MetricProvider::Custom => true,
+        llmscaler_api::MetricProvider::Prometheus => false,
+    };
+    if custom
+        && spec
+            .scale_down
+            .as_ref()
+            .is_some_and(|s| s.deletion_cost_query.is_some())
+        && !std::mem::replace(&mut state.warned_cost_query, true)
+    {
+        tracing::info!(
+            namespace,
+            name,
+            "deletionCostQuery is ignored under the Custom provider; newest pods go first"
+        );
+    }
+    let Some(step) = state.scaler.as_mut() else {
+        return Ok(Action::await_change());
+    };
+    let (reported, due_ms) = sync_once(&sync, step).await;
     state.due_ms = Some(due_ms);
     ctx.states.put(key.clone(), state);
-
-    let (status, events) = report::status(&scaler, &outcome, now);
-    ctx.telemetry.set_conditions(
-        &key.0,
-        &key.1,
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str())),
-    );
-    if let Err(source) = act::write_status(&ctx, &scaler, status).await {
+    if let Err(source) = reported {
         if matches!(&source, StatusError::Api(kube::Error::Api(s)) if s.code == 404) {
             // Deleted while syncing: nothing to report to.
             ctx.forget(&key);
             return Ok(Action::await_change());
         }
         return Err(ControllerError::Status {
-            scaler: format!("{}/{}", key.0, key.1),
+            scaler: format!("{namespace}/{name}"),
             source,
         });
     }
-    act::publish(&ctx, &scaler, &events).await;
     ctx.telemetry
         .reconcile_duration
         .observe(timer.elapsed().as_secs_f64());
@@ -373,29 +494,15 @@ async fn reconcile(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, 
     )))
 }
 
-/// Observes, then decides and acts when everything needed was read. Returns what to report and
+/// Observes, steps, acts and reports once each. Returns whether the status was written and
 /// when to sync again (milliseconds since the epoch): after `retryPeriodSeconds` when the sync
 /// failed, else at the scaler's next due time ([`pacing::next_due_ms`]).
-async fn sync(
-    ctx: &Context,
-    scaler: &LLMScaler,
-    spec: &LLMScalerSpec,
-    state: &mut ScalerState,
-    now: Timestamp,
-) -> (Outcome, i64) {
-    let now_ms = now.as_millisecond();
-    let retry = now_ms.saturating_add(period_ms(spec.effective_retry_period_seconds()));
-    let namespace = scaler.namespace().unwrap_or_default();
-    let failed = |conditions| {
-        (
-            Outcome {
-                conditions,
-                ..Outcome::default()
-            },
-            retry,
-        )
-    };
-    match observe::observe(ctx, scaler, spec, &namespace).await {
+async fn sync_once(sync: &SyncContext<'_>, step: &mut Scaler) -> (Result<(), StatusError>, i64) {
+    let spec = step.spec().clone();
+    let retry = sync
+        .now_ms
+        .saturating_add(period_ms(spec.effective_retry_period_seconds()));
+    let failed = match observe::observe(sync, step).await {
         Observation::Invalid(violations) => {
             let message = violations
                 .0
@@ -403,107 +510,68 @@ async fn sync(
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ");
-            failed(conditions::invalid_spec(&message))
+            conditions::invalid_spec(&message)
         }
-        Observation::TargetFailed(err) => failed(conditions::target_failed(
-            err.is_not_found(),
-            &err.to_string(),
-        )),
-        Observation::SourceFailed(err) => failed(conditions::source_failed(&err.to_string())),
+        Observation::TargetFailed(err) => {
+            conditions::target_failed(err.is_not_found(), &err.to_string())
+        }
+        Observation::SourceFailed(err) => conditions::source_failed(&err.to_string()),
         Observation::Observed(observed) => {
+            let input = step_input(&observed, sync, &spec);
+            let plan = step.step(&input);
+            let write = act::carry_out(sync, &spec, &observed.resource, &plan).await;
+            let reported = report::report(sync, &spec, &observed, &plan, write).await;
             let period = period_ms(spec.effective_sync_period_seconds());
-            let phase = pacing::phase_ms(&namespace, &scaler.name_any(), period);
-            (
-                decide_and_act(ctx, scaler, spec, &observed, state, now).await,
-                pacing::next_due_ms(now_ms, period, phase),
-            )
+            let phase = pacing::phase_ms(sync.namespace, sync.name, period);
+            return (reported, pacing::next_due_ms(sync.now_ms, period, phase));
         }
+    };
+    (report::failed(sync, failed).await, retry)
+}
+
+/// The step's input from what `observe` read, borrowing the typed errors.
+fn step_input<'a>(
+    observed: &'a Observed,
+    sync: &SyncContext<'a>,
+    spec: &LLMScalerSpec,
+) -> step::Observation<'a, &'a MetricError> {
+    step::Observation {
+        now_ms: sync.now_ms,
+        target: target_view(&observed.target),
+        signal: observed.readings.signal(spec),
+        capacity: observed
+            .capacity
+            .as_ref()
+            .map(|(arrival, backlog)| CapacityInput {
+                arrival: arrival.as_ref().copied(),
+                backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
+            }),
+        activation: observed.activation.as_ref().map(|a| a.as_ref().copied()),
+        pods: observed.pods.clone(),
+        in_flight: observed
+            .in_flight
+            .as_ref()
+            .map(Result::as_ref)
+            .map(|r| r.cloned()),
+        deletion_costs: observed
+            .deletion_costs
+            .as_ref()
+            .map(Result::as_ref)
+            .map(|r| r.cloned()),
+        acting: step::Acting::of(sync.scaler, spec),
+        competitor: observed.competitor.clone(),
+        status: sync.scaler.status.as_ref(),
     }
 }
 
-/// Decides on what was observed, writes `spec.replicas` when the plan says so, and derives the
-/// five conditions.
-async fn decide_and_act(
-    ctx: &Context,
-    scaler: &LLMScaler,
-    spec: &LLMScalerSpec,
-    observed: &Observed,
-    state: &mut ScalerState,
-    now: Timestamp,
-) -> Outcome {
-    let Observed {
-        target, readings, ..
-    } = observed;
-    let namespace = scaler.namespace().unwrap_or_default();
-    let name = scaler.name_any();
-    let scaler_key = (namespace.as_str(), name.as_str());
-    let now_ms = now.as_millisecond();
-    let sync_period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
-
-    report::record_readings(&ctx.telemetry, spec, scaler_key, readings);
-    if let Some(activation) = &observed.activation {
-        report::record_activation(&ctx.telemetry, scaler_key, activation);
-    }
-    let mut plan = decide::decide_with_capacity(
-        scaler,
-        spec,
-        target,
-        &readings.signal(spec),
-        observed.capacity.as_ref().map(CapacityReadings::input),
-        decide::wakes(spec, observed.activation.as_ref()),
-        state,
-        now_ms,
-        sync_period_ms,
-    );
-    if let Some(competitor) = &observed.competitor {
-        plan.hold_for(competitor.clone());
-    }
-    let decision = &plan.decision;
-    report::record_decision(
-        &ctx.telemetry,
-        scaler_key,
-        (target.spec_replicas, target.ready_replicas),
-        decision,
-    );
-
-    let write = drain::carry_out(ctx, scaler, spec, observed, &mut plan, state, now_ms).await;
-    if let Some(event) = report::advice_event(spec, target, &plan, state) {
-        act::publish(ctx, scaler, &[event]).await;
-    }
-    let ownership = decide::ownership(&plan, scaler, target, state, &write, now_ms);
-    let conditions = report::conditions(
-        spec,
-        (target, observed.activation.as_ref()),
-        &plan,
-        &write,
-        &ownership,
-    );
-    Outcome {
-        current_replicas: Some(target.ready_replicas),
-        desired_replicas: Some(plan.decision.desired),
-        wrote_replicas: plan
-            .write
-            .as_ref()
-            .filter(|_| write == WriteOutcome::Wrote)
-            .map(|w| (w.from, w.to)),
-        conditions,
-        passive_by: Some(match &plan.acting {
-            Acting::Active => None,
-            Acting::Passive { by, .. } => Some(by.clone()),
-        }),
-        active_schedules: Some(plan.active_schedules),
-        history: Some(plan.history),
-        draining: Some(drain::status(state)),
-        startup_seconds: spec
-            .startup
-            .as_ref()
-            .and(state.startup.as_ref())
-            .and_then(StartupTracker::seconds)
-            .map(|s| {
-                // Seconds up to 20 × 3600 in practice; saturating either way.
-                #[allow(clippy::cast_possible_truncation)]
-                let whole = s.round().clamp(0.0, f64::from(i32::MAX)) as i32;
-                whole
-            }),
+/// The step's view of the target.
+pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
+    step::Target {
+        spec_replicas: target.spec_replicas,
+        ready_replicas: target.ready_replicas,
+        rollout_in_progress: target.rollout_in_progress,
+        is_deployment: target.is_deployment,
+        owns_replicas: target.owns_replicas,
+        other_replicas_managers: target.other_replicas_managers.clone(),
     }
 }

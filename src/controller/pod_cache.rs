@@ -14,7 +14,8 @@ use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use llmscaler_api::names::POD_DELETION_COST;
+use kube::core::{Selector, SelectorExt};
+use llmscaler_api::names::{POD_DELETION_COST, ROTATION_LABEL};
 
 /// How long a sync waits for a new namespace's watch to list before reading with a LIST.
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(2);
@@ -30,6 +31,23 @@ pub struct PodInfo {
     pub created: i64,
     /// The `controller.kubernetes.io/pod-deletion-cost` annotation, as written.
     pub deletion_cost: Option<String>,
+    /// The rotation label (docs/scale-down.md#drain).
+    pub rotation: Option<String>,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+}
+
+impl PodInfo {
+    /// The step's view of a live pod.
+    pub fn into_step(self) -> crate::step::Pod {
+        crate::step::Pod {
+            name: self.name,
+            ready: self.ready,
+            created: self.created,
+            deletion_cost: self.deletion_cost,
+            rotation: self.rotation,
+        }
+    }
 }
 
 /// The pod watch caches, one per namespace.
@@ -77,7 +95,7 @@ impl PodCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The pods of `namespace` whose labels hold every `selector` pair, sorted by name: from the
+    /// The pods of `namespace` whose labels match `selector`, sorted by name: from the
     /// namespace's watch (started now if needed), or one LIST while it has not listed within
     /// [`FIRST_LIST_WAIT`].
     ///
@@ -86,7 +104,7 @@ impl PodCache {
     pub async fn pods(
         &self,
         namespace: &str,
-        selector: &BTreeMap<String, String>,
+        selector: &Selector,
     ) -> Result<Vec<PodInfo>, PodListError> {
         let store = {
             let mut namespaces = self.lock();
@@ -108,12 +126,7 @@ impl PodCache {
                 .collect()
         } else {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-            let labels = selector
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",");
-            api.list(&ListParams::default().labels(&labels))
+            api.list(&ListParams::default().labels_from(selector))
                 .await
                 .map_err(|source| PodListError {
                     namespace: namespace.to_owned(),
@@ -149,11 +162,9 @@ impl PodCache {
     }
 }
 
-fn matches(pod: &Pod, selector: &BTreeMap<String, String>) -> bool {
-    let labels = pod.metadata.labels.as_ref();
-    selector
-        .iter()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+fn matches(pod: &Pod, selector: &Selector) -> bool {
+    let empty = BTreeMap::new();
+    selector.matches(pod.metadata.labels.as_ref().unwrap_or(&empty))
 }
 
 /// Keeps what [`PodInfo`] needs: the rest of a Pod (spec, managed fields, other status) is
@@ -199,6 +210,12 @@ pub fn info(pod: &Pod) -> PodInfo {
             .annotations
             .as_ref()
             .and_then(|a| a.get(POD_DELETION_COST).cloned()),
+        rotation: pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ROTATION_LABEL).cloned()),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
     }
 }
 
@@ -232,14 +249,8 @@ mod tests {
         assert_eq!(before.deletion_cost.as_deref(), Some("-100"));
         assert!(p.spec.is_none() && p.metadata.managed_fields.is_none());
         assert_eq!(p.metadata.annotations.as_ref().map(BTreeMap::len), Some(1));
-        assert!(matches(
-            &p,
-            &BTreeMap::from([("app".into(), "vllm".into())])
-        ));
-        assert!(!matches(
-            &p,
-            &BTreeMap::from([("app".into(), "other".into())])
-        ));
+        assert!(matches(&p, &Selector::from_iter([("app", "vllm")])));
+        assert!(!matches(&p, &Selector::from_iter([("app", "other")])));
     }
 
     #[test]

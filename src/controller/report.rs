@@ -1,28 +1,187 @@
 //! Report: what a sync tells the world — the new status (conditions merged with their transition
 //! times, replicas, the persisted history), the Events of condition flips, the operator's own
 //! metrics and the sync log line (`docs/conditions.md`, `docs/metrics.md`). Building the status is
-//! pure; [`super::act`] writes it.
+//! pure; [`report`] and [`failed`] write it (server-side apply, leadership checked right before).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use llmscaler_api::names::{FIELD_MANAGER, api_version, kind};
 use llmscaler_api::{LLMScaler, LLMScalerSpec, LLMScalerStatus, PausedStatus};
+use serde_json::json;
 
-use llmscaler_api::names::Reason;
-
-use super::decide::{Acting, Plan};
 use super::history::history_to_persist;
-use super::state::ScalerState;
+use super::leadership::NotLeader;
+use super::observe::Observed;
 use super::target::TargetState;
+use super::{SyncContext, events};
 use crate::engine::conditions::{
     self, ConditionSpec, EventSpec, Ownership, SyncReport, WriteOutcome,
 };
+use crate::engine::contest::recent_contest;
 use crate::engine::{Decision, History};
-use crate::metrics::Readings;
+use crate::metrics::{MetricError, Readings};
+use crate::step::{Acting, Plan, passive_message};
 use crate::telemetry::Metrics;
+
+/// Why the status write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The API server refused or failed the patch.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// This replica does not lead (any more).
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+}
+
+/// Reports a decided sync: the operator's metrics and log line, then the status (conditions
+/// from the plan and what `write` says happened) and the Events of condition flips.
+///
+/// # Errors
+/// [`StatusError`] when the status could not be written.
+pub(crate) async fn report(
+    sync: &SyncContext<'_>,
+    spec: &LLMScalerSpec,
+    observed: &Observed,
+    plan: &Plan<&MetricError>,
+    write: WriteOutcome,
+) -> Result<(), StatusError> {
+    let telemetry = &sync.ctx.telemetry;
+    let key = (sync.namespace, sync.name);
+    let target = &observed.target;
+    record_readings(telemetry, spec, key, &observed.readings);
+    if let Some(activation) = &observed.activation {
+        record_activation(telemetry, key, activation);
+    }
+    record_decision(
+        telemetry,
+        key,
+        (target.spec_replicas, target.ready_replicas),
+        &plan.decision,
+    );
+    let ownership = ownership(plan, sync.scaler, target, &write, sync.now_ms);
+    let conditions = conditions(
+        spec,
+        (target, observed.activation.as_ref()),
+        plan,
+        &write,
+        &ownership,
+    );
+    let outcome = Outcome {
+        current_replicas: Some(target.ready_replicas),
+        desired_replicas: Some(plan.decision.desired),
+        wrote_replicas: plan
+            .write
+            .as_ref()
+            .filter(|_| write == WriteOutcome::Wrote)
+            .map(|w| (w.from, w.to)),
+        conditions,
+        passive_by: Some(match &plan.acting {
+            Acting::Active => None,
+            Acting::Passive { by, .. } => Some(by.clone()),
+        }),
+        active_schedules: Some(plan.active_schedules.clone()),
+        history: Some(plan.history.clone()),
+        draining: Some(plan.draining.clone()),
+        startup_seconds: plan.startup_seconds,
+    };
+    write_outcome(sync, &outcome).await
+}
+
+/// Reports a sync that could not decide (invalid spec, target or metric source failed): the
+/// `conditions`, the rest of the status as it was.
+///
+/// # Errors
+/// [`StatusError`] when the status could not be written.
+pub(crate) async fn failed(
+    sync: &SyncContext<'_>,
+    conditions: Vec<ConditionSpec>,
+) -> Result<(), StatusError> {
+    let outcome = Outcome {
+        conditions,
+        ..Outcome::default()
+    };
+    write_outcome(sync, &outcome).await
+}
+
+async fn write_outcome(sync: &SyncContext<'_>, outcome: &Outcome) -> Result<(), StatusError> {
+    let now = Timestamp::from_millisecond(sync.now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    let (status, events) = status(sync.scaler, outcome, now);
+    write_status(sync, status).await?;
+    events::publish(sync.ctx, sync.scaler, &events).await;
+    Ok(())
+}
+
+/// Server-side applies `status` to the scaler's status subresource under [`FIELD_MANAGER`],
+/// unless it equals the current status. Returns whether it wrote.
+async fn write_status(
+    sync: &SyncContext<'_>,
+    status: LLMScalerStatus,
+) -> Result<bool, StatusError> {
+    let scaler = sync.scaler;
+    // The operator's per-condition series follow every sync's conditions, written or not.
+    sync.ctx.telemetry.set_conditions(
+        sync.namespace,
+        sync.name,
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str())),
+    );
+    if scaler.status.as_ref() == Some(&status) {
+        return Ok(false);
+    }
+    tracing::debug!(scaler = %sync.name, before = ?scaler.status, after = ?status, "status changed");
+    let body = json!({
+        "apiVersion": api_version(),
+        "kind": kind(),
+        "status": status,
+    });
+    sync.ctx.leadership.check()?;
+    let api: Api<LLMScaler> = Api::namespaced(sync.ctx.client.clone(), sync.namespace);
+    api.patch_status(
+        sync.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    sync.ctx
+        .telemetry
+        .count_write(sync.namespace, sync.name, "status");
+    Ok(true)
+}
+
+/// Who holds `spec.replicas` after the sync wrote (or not): for `ReplicasContested`.
+pub(crate) fn ownership<E>(
+    plan: &Plan<E>,
+    scaler: &LLMScaler,
+    target: &TargetState,
+    write: &WriteOutcome,
+    now_ms: i64,
+) -> Ownership {
+    if let Some(manager) = &plan.contested_by {
+        return Ownership::Contested(manager.clone());
+    }
+    let previous = scaler
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    if let Some(previous) = recent_contest(previous, now_ms, plan.last_contest_ms) {
+        return Ownership::RecentlyContested(previous);
+    }
+    if target.owns_replicas || *write == WriteOutcome::Wrote {
+        Ownership::Owned
+    } else {
+        Ownership::NotClaimed
+    }
+}
 
 /// What a sync established for the status.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The target's ready replicas, when the target was read.
     pub current_replicas: Option<i32>,
     /// status `desiredReplicas`, when a decision was made.
@@ -45,7 +204,7 @@ pub struct Outcome {
 }
 
 /// The new status of `scaler` after a sync at `now`, and the Events of the condition flips.
-pub fn status(
+pub(crate) fn status(
     scaler: &LLMScaler,
     outcome: &Outcome,
     now: Timestamp,
@@ -229,58 +388,11 @@ pub fn conditions<E: std::fmt::Display>(
         schedules: &bounds_by,
         passive: match &plan.acting {
             Acting::Active => None,
-            Acting::Passive { reason, by } => {
-                Some((*reason, passive_message(spec, target, plan, by)))
-            }
+            Acting::Passive { reason, by } => Some((
+                *reason,
+                passive_message(spec, target.spec_replicas, plan, by),
+            )),
         },
         competing: plan.competitor.as_deref(),
-    })
-}
-
-/// What a paused or advisory scaler would do: `<by>: nothing is written; would scale Deployment
-/// vllm 2 -> 4 (ScaledUp)` or `...; replicas stay 3`.
-fn passive_message<E>(
-    spec: &LLMScalerSpec,
-    target: &TargetState,
-    plan: &Plan<E>,
-    by: &str,
-) -> String {
-    let decision = &plan.decision;
-    let advice = if decision.replicas == target.spec_replicas {
-        format!("replicas stay {}", target.spec_replicas)
-    } else {
-        format!(
-            "would scale {} {} {} -> {} ({})",
-            spec.target_ref.kind,
-            spec.target_ref.name,
-            target.spec_replicas,
-            decision.replicas,
-            decision.reason.as_str()
-        )
-    };
-    format!("{by}: nothing is written; {advice}")
-}
-
-/// In advisory mode, an Event when the advice changes (`AdvisoryMode`, Normal): what the operator
-/// would write. Paused scalers and unchanged advice publish nothing.
-pub fn advice_event<E>(
-    spec: &LLMScalerSpec,
-    target: &TargetState,
-    plan: &Plan<E>,
-    state: &mut ScalerState,
-) -> Option<EventSpec> {
-    let Acting::Passive { reason, by } = &plan.acting else {
-        state.last_advice = None;
-        return None;
-    };
-    let advice = plan.decision.replicas;
-    let changed = state.last_advice.replace(advice) != Some(advice);
-    (*reason == Reason::AdvisoryMode && changed && advice != target.spec_replicas).then(|| {
-        EventSpec {
-            warning: false,
-            reason: *reason,
-            note: passive_message(spec, target, plan, by),
-            action: "Advise",
-        }
     })
 }

@@ -1,59 +1,35 @@
-//! Per-scaler memory of the leading process: the stabilization history while leading, the contest
-//! memory, the drain in progress and one-time log flags. It leaves when the scaler does (watch delete events, and a
+//! Per-scaler memory of the leading process: the step ([`Scaler`], which owns the stabilization
+//! history, the contest memory, the drain in progress...), the next due time and one-time log
+//! flags. It leaves when the scaler does (watch delete events, and a
 //! re-list that no longer holds it), and a new leadership term starts empty, from what status says.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::engine::History;
-use crate::engine::contest::ContestMemory;
-use crate::engine::startup::StartupTracker;
+use crate::step::Scaler;
 
 /// A scaler's key: namespace and name.
-pub type ScalerKey = (String, String);
+pub(crate) type ScalerKey = (String, String);
 
 /// What the controller remembers of one scaler between syncs.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ScalerState {
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ScalerState {
     /// The uid this memory belongs to: a scaler deleted and re-created under the same name starts
     /// afresh.
     pub uid: Option<String>,
-    /// The stabilization history while this process leads (status holds a copy refreshed at least
-    /// every refresh interval).
-    pub history: Option<History>,
-    /// Contest detection and the re-assert throttle.
-    pub contest: ContestMemory,
+    /// The step and everything it remembers (history, start-up, contest, drain, advice); built
+    /// at the first sync of this term from the spec and the status.
+    pub scaler: Option<Scaler>,
     /// `deletionCostQuery` under Custom was logged once.
     pub warned_cost_query: bool,
-    /// The last replica count advised in advisory mode (an Event is published when it changes).
-    pub last_advice: Option<i32>,
-    /// The scale-down drain in progress (`scaleDown.drain`), if any.
-    pub drain: Option<DrainState>,
-    /// Whether this term has read back the pods' rotation labels once (a drain left by another
-    /// process is taken over, or its pods put back when drain is off).
-    pub drain_recovered: bool,
     /// When the next sync is due, milliseconds since the epoch (the evaluation lag is measured
     /// from it; `docs/scaling.md#pacing`).
     pub due_ms: Option<i64>,
-    /// The measured start-up time and the scale-ups waiting for their replicas
-    /// (docs/guards.md#start-up-awareness); `status.startupSeconds` seeds it in a new term.
-    pub startup: Option<StartupTracker>,
-}
-
-/// A scale-down drain in progress (docs/scale-down.md#drain): pods out of rotation.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct DrainState {
-    /// The pods out of rotation, by name.
-    pub victims: Vec<String>,
-    /// When this process took them out or found them out (Unix ms).
-    pub started_ms: i64,
-    /// In-flight requests on them at the last read (`None` when not read).
-    pub in_flight: Option<i64>,
 }
 
 /// Every scaler's memory, shared by the reconciles of one leadership term.
 #[derive(Debug, Default)]
-pub struct States {
+pub(crate) struct States {
     map: Mutex<HashMap<ScalerKey, ScalerState>>,
 }
 
@@ -92,13 +68,9 @@ impl States {
     }
 
     /// How many scalers are remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    /// Whether no scaler is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ScalerKey, ScalerState>> {

@@ -1,28 +1,22 @@
-//! Cache-aware scale-down for Deployments (docs/scale-down.md): before lowering replicas, give the
-//! pods to
-//! remove a low `controller.kubernetes.io/pod-deletion-cost` so the ReplicaSet deletes them
-//! first, clear costs left by earlier steps, and wait until the API server shows the marks.
+//! Writing the marks of a cache-aware scale-down (docs/scale-down.md) and the drain's rotation
+//! label: the pods to remove get the `controller.kubernetes.io/pod-deletion-cost` the step
+//! planned ([`crate::step::victims`]), stale costs are cleared, and the marks are read back
+//! until the API server shows them.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use llmscaler_api::names::{
-    DRAIN_FIELD_MANAGER, FIELD_MANAGER, NEWEST_FIRST_COST, POD_DELETION_COST, ROTATION_LABEL,
-};
+use llmscaler_api::names::{DRAIN_FIELD_MANAGER, FIELD_MANAGER, POD_DELETION_COST, ROTATION_LABEL};
 
 use super::leadership::{Leadership, NotLeader};
-use crate::metrics::MetricError;
+use crate::step::Marks;
 
 /// Why marking failed; the scale-down is then deferred to the next sync.
 #[derive(Debug, thiserror::Error)]
 pub enum VictimError {
-    /// The Deployment has no usable `spec.selector`.
-    #[error("Deployment {0} has no spec.selector to find its pods")]
-    NoSelector(String),
     /// Listing or patching pods failed.
     #[error("{operation} pods of {deployment}: {source}")]
     Api {
@@ -37,124 +31,9 @@ pub enum VictimError {
     /// The annotations did not show up in time.
     #[error("pod-deletion-cost marks on {0:?} were not visible within {1:?}")]
     NotObserved(Vec<String>, Duration),
-    /// The `deletionCostQuery` could not be read.
-    #[error("deletionCostQuery: {0}")]
-    CostQuery(#[source] MetricError),
     /// This replica stopped leading before every mark was written.
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
-}
-
-/// The pods of a Deployment, as the marking needs them.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Candidate {
-    /// Pod name.
-    pub name: String,
-    /// `metadata.creationTimestamp`, seconds since the epoch (newest = largest).
-    pub created: i64,
-    /// The pod's current deletion-cost annotation, as written.
-    pub current_cost: Option<String>,
-    /// The pod's [`ROTATION_LABEL`] value (`docs/scale-down.md#drain`).
-    pub rotation: Option<String>,
-}
-
-/// The plan for one scale-down: the cost to set per pod, and the pods whose cost to clear.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Plan {
-    /// Pods to annotate with a cost (as an int32).
-    pub set: BTreeMap<String, i32>,
-    /// Pods whose stale cost to remove.
-    pub clear: Vec<String>,
-    /// The pods expected to go (the `remove` cheapest).
-    pub victims: Vec<String>,
-}
-
-/// Plans the marks (pure). With `costs` (from `deletionCostQuery`, pod → value): every pod the
-/// query returned gets its value rounded to int32 (lowest goes first), pods it did not return
-/// lose any old cost, and the victims are the `remove` lowest (ties: newest first). Without:
-/// the `remove` newest pods get [`NEWEST_FIRST_COST`], every other pod loses any old cost.
-/// Annotations already equal to the plan are not rewritten.
-pub fn plan(
-    candidates: &[Candidate],
-    remove: usize,
-    costs: Option<&BTreeMap<String, f64>>,
-) -> Plan {
-    let mut ranked: Vec<(&Candidate, Option<i32>)> = candidates
-        .iter()
-        .map(|c| {
-            (
-                c,
-                costs.and_then(|m| m.get(&c.name)).map(|v| round_cost(*v)),
-            )
-        })
-        .collect();
-    // Lowest cost first (a pod without a value keeps no annotation: cost 0 for the ReplicaSet),
-    // then newest first.
-    ranked.sort_by(|(a, ca), (b, cb)| {
-        ca.unwrap_or(0)
-            .cmp(&cb.unwrap_or(0))
-            .then(b.created.cmp(&a.created))
-            .then(a.name.cmp(&b.name))
-    });
-    if costs.is_none() {
-        // Newest first: no query value; ranking is by creation time only.
-        ranked.sort_by(|(a, _), (b, _)| b.created.cmp(&a.created).then(a.name.cmp(&b.name)));
-    }
-    let victims: Vec<String> = ranked
-        .iter()
-        .take(remove)
-        .map(|(c, _)| c.name.clone())
-        .collect();
-    let mut out = Plan {
-        victims: victims.clone(),
-        ..Plan::default()
-    };
-    for (candidate, cost) in &ranked {
-        let wanted = match costs {
-            Some(_) => *cost,
-            None => victims
-                .contains(&candidate.name)
-                .then_some(NEWEST_FIRST_COST),
-        };
-        match wanted {
-            Some(cost) if candidate.current_cost.as_deref() != Some(&cost.to_string()) => {
-                out.set.insert(candidate.name.clone(), cost);
-            }
-            Some(_) => {}
-            None if candidate.current_cost.is_some() => out.clear.push(candidate.name.clone()),
-            None => {}
-        }
-    }
-    out
-}
-
-/// Plans the marks of a drained scale-down (pure): exactly `victims` get [`NEWEST_FIRST_COST`],
-/// every other pod loses any old cost (so a lower cost left by `deletionCostQuery` cannot send
-/// another pod first). Victims that are no longer candidates are left out.
-pub fn plan_for(candidates: &[Candidate], victims: &[String]) -> Plan {
-    let mut out = Plan::default();
-    for candidate in candidates {
-        if victims.contains(&candidate.name) {
-            out.victims.push(candidate.name.clone());
-            if candidate.current_cost.as_deref() != Some(&NEWEST_FIRST_COST.to_string()) {
-                out.set.insert(candidate.name.clone(), NEWEST_FIRST_COST);
-            }
-        } else if candidate.current_cost.is_some() {
-            out.clear.push(candidate.name.clone());
-        }
-    }
-    out
-}
-
-/// A query value as a deletion cost: rounded, saturated to int32.
-#[allow(clippy::cast_possible_truncation)]
-fn round_cost(value: f64) -> i32 {
-    if value.is_nan() {
-        0
-    } else {
-        // `as` saturates at the int32 bounds.
-        value.round() as i32
-    }
 }
 
 /// `spec.selector` of a Deployment as a label selector string (`matchLabels` and the
@@ -190,41 +69,6 @@ pub fn selector_string(deployment: &serde_json::Value) -> Option<String> {
         });
     }
     (!parts.is_empty()).then(|| parts.join(","))
-}
-
-/// Lists the live (not terminating) pods matching `selector` in `namespace`.
-///
-/// # Errors
-/// [`VictimError::Api`] when the list fails.
-pub async fn candidates(
-    pods: &Api<Pod>,
-    selector: &str,
-    deployment: &str,
-) -> Result<Vec<Candidate>, VictimError> {
-    let list = pods
-        .list(&ListParams::default().labels(selector))
-        .await
-        .map_err(|source| VictimError::Api {
-            operation: "list",
-            deployment: deployment.to_string(),
-            source,
-        })?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            Some(Candidate {
-                name: p.metadata.name?,
-                created: p.metadata.creation_timestamp.map_or(0, |t| t.0.as_second()),
-                current_cost: p
-                    .metadata
-                    .annotations
-                    .and_then(|mut a| a.remove(POD_DELETION_COST)),
-                rotation: p.metadata.labels.and_then(|mut l| l.remove(ROTATION_LABEL)),
-            })
-        })
-        .collect())
 }
 
 /// Sets [`ROTATION_LABEL`] of each pod of `names` to `value` (server-side apply under
@@ -271,7 +115,7 @@ pub async fn set_rotation(
 /// did not show up in time, [`VictimError::NotLeader`] when leadership was lost.
 pub async fn apply_plan(
     pods: &Api<Pod>,
-    plan: &Plan,
+    plan: &Marks,
     deployment: &str,
     deadline: Duration,
     leadership: &Leadership,
@@ -327,72 +171,6 @@ pub async fn apply_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pod(name: &str, created: i64, cost: Option<&str>) -> Candidate {
-        Candidate {
-            name: name.into(),
-            created,
-            current_cost: cost.map(String::from),
-            rotation: None,
-        }
-    }
-
-    #[test]
-    fn a_drained_plan_marks_exactly_the_victims_and_clears_the_rest() {
-        let pods = [
-            pod("a", 1, Some("-5000")),
-            pod("b", 3, None),
-            pod("c", 2, Some("-100")),
-        ];
-        let victims = ["b".to_string(), "c".to_string(), "gone".to_string()];
-        let p = plan_for(&pods, &victims);
-        assert_eq!(p.victims, vec!["b", "c"]);
-        assert_eq!(p.set, BTreeMap::from([("b".to_string(), -100)]));
-        assert_eq!(p.clear, vec!["a"]);
-    }
-
-    #[test]
-    fn newest_first_marks_the_newest_and_clears_stale() {
-        let pods = [
-            pod("a", 1, None),
-            pod("b", 3, None),
-            pod("c", 2, Some("-100")),
-        ];
-        let p = plan(&pods, 1, None);
-        assert_eq!(p.victims, vec!["b"]);
-        assert_eq!(p.set, BTreeMap::from([("b".to_string(), -100)]));
-        assert_eq!(p.clear, vec!["c"]);
-    }
-
-    #[test]
-    fn query_costs_annotate_every_returned_pod_lowest_goes() {
-        let pods = [
-            pod("a", 1, None),
-            pod("b", 3, None),
-            pod("c", 2, Some("7")),
-            pod("d", 4, Some("1")),
-        ];
-        let costs = BTreeMap::from([
-            ("a".to_string(), 0.4),
-            ("b".to_string(), 12.6),
-            ("c".to_string(), 7.2),
-        ]);
-        let p = plan(&pods, 2, Some(&costs));
-        // d has no value: its stale cost is cleared, so the ReplicaSet sees cost 0, like a
-        // (0.4 -> 0); on the tie the newer pod goes first, as the ReplicaSet ranks them.
-        assert_eq!(p.victims, vec!["d", "a"]);
-        assert_eq!(
-            p.set,
-            BTreeMap::from([("a".to_string(), 0), ("b".to_string(), 13)])
-        );
-        assert_eq!(p.clear, vec!["d"]);
-    }
-
-    #[test]
-    fn huge_costs_saturate() {
-        assert_eq!(round_cost(1e300), i32::MAX);
-        assert_eq!(round_cost(-1e300), i32::MIN);
-    }
 
     #[test]
     fn selectors() {

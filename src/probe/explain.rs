@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use llmscaler_api::LLMScalerSpec;
 
 use crate::engine::{self, Action, History, Limit, Observation, Policy, Reason, Signal};
+use crate::step::{self, Acting, Scaler};
 
 /// What was read of the scaler's target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,12 +46,52 @@ pub fn explain<E: Clone + Display>(
     history: &History,
     now: Timestamp,
 ) -> Explanation {
-    let mut policy = Policy::from_spec(spec);
-    let active = engine::schedule::apply(&mut policy, &engine::schedule::compile(spec), now);
-    let now_ms = now.as_millisecond();
+    let observed = step::Observation {
+        now_ms: now.as_millisecond(),
+        target: step_target(target.observed),
+        signal: signal.clone(),
+        capacity: None,
+        activation: None,
+        pods: None,
+        in_flight: None,
+        deletion_costs: None,
+        acting: Acting::Active,
+        competitor: None,
+        status: None,
+    };
+    let scaler = Scaler::new(spec, None).with_history(history.clone());
+    explain_step(spec, target, scaler, &observed, history)
+}
+
+/// The step's view of a target the probe read: all of it, as the operator would see it, with
+/// the operator owning `spec.replicas` (the probe explains the decision, not the contest).
+pub fn step_target(observed: Observation) -> step::Target {
+    step::Target {
+        spec_replicas: observed.spec_replicas,
+        ready_replicas: observed.ready_replicas,
+        rollout_in_progress: observed.rollout_in_progress,
+        is_deployment: false,
+        owns_replicas: true,
+        other_replicas_managers: Vec::new(),
+    }
+}
+
+/// Explains the operator's step (`scaler`, restored as the operator would hold it) on
+/// `observed`, from the stabilization `history` it starts from.
+pub fn explain_step<E: Clone + Display>(
+    spec: &LLMScalerSpec,
+    target: &TargetView<'_>,
+    mut scaler: Scaler,
+    observed: &step::Observation<'_, E>,
+    history: &History,
+) -> Explanation {
+    let plan = scaler.step(observed);
+    let policy = plan.policy.clone();
+    let active = plan.active_schedules.clone();
+    let decision = plan.decision;
+    let now_ms = observed.now_ms;
+    let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
     let observed = target.observed;
-    let mut after = history.clone();
-    let decision = engine::decide(&policy, &observed, signal, &mut after, now_ms);
     let mut out = String::new();
     let spec_replicas = observed.spec_replicas;
     let _ = writeln!(

@@ -6,10 +6,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use llmscaler_api::{LLMScaler, LLMScalerSpec, ValidationErrors, apply_defaults, check_spec};
 
-use super::explain::{Explanation, TargetView, explain};
+use super::explain::{Explanation, TargetView, explain_step, step_target};
 use crate::controller::history::history_from_status;
 use crate::controller::target::{self, Resolver, TargetError};
+use crate::engine::capacity::CapacityInput;
 use crate::metrics::{MetricError, MetricSource, MetricsClient, Readings};
+use crate::step::{self, Acting, Scaler};
 
 /// Why the live probe could not explain the scaler.
 #[derive(Debug, thiserror::Error)]
@@ -68,30 +70,74 @@ pub async fn explain_live(
     let resource = resolver.resolve(&client, &spec.target_ref).await?;
     let state = target::read(&client, &resource, namespace, &spec.target_ref).await?;
     let headers = crate::metrics::secret_headers(&client, namespace, &spec).await?;
-    let mut readings = MetricSource::with_headers(metrics_client, &spec, &headers)?
-        .read(&spec)
-        .await;
+    let source = MetricSource::with_headers(metrics_client, &spec, &headers)?;
+    let mut readings = source.read(&spec).await;
     if let Some(service) = in_cluster_service(&spec.server_address, namespace)
         && proxy.wanted(&readings)
     {
         readings = read_through_proxy(&client, &service, &spec).await;
     }
+    let (activation, capacity) = extra_reads(&source, &spec, state.spec_replicas).await;
     // The history as persisted (the leader may hold a newer copy in memory, refreshed into status
-    // at least every refresh interval).
+    // at least every refresh interval); the start-up time as status says.
     let history = history_from_status(scaler.status.as_ref(), 0);
     let view = TargetView {
         kind: &spec.target_ref.kind,
         name: &spec.target_ref.name,
         observed: state.observation(),
     };
-    let explanation = explain(
-        &spec,
-        &view,
-        &readings.signal(&spec),
-        &history,
-        Timestamp::now(),
-    );
+    let observed = step::Observation {
+        now_ms: Timestamp::now().as_millisecond(),
+        target: step_target(state.observation()),
+        signal: readings.signal(&spec),
+        capacity: capacity.as_ref().map(|(arrival, backlog)| CapacityInput {
+            arrival: arrival.as_ref().copied(),
+            backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
+        }),
+        activation: activation.as_ref().map(|a| a.as_ref().copied()),
+        pods: None,
+        in_flight: None,
+        deletion_costs: None,
+        acting: Acting::Active,
+        competitor: None,
+        status: scaler.status.as_ref(),
+    };
+    let step = Scaler::new(&spec, scaler.status.as_ref()).with_history(history.clone());
+    let explanation = explain_step(&spec, &view, step, &observed, &history);
     Ok((spec, explanation))
+}
+
+/// The activation query (while the target is at zero) and `spec.capacity`'s queries, read as
+/// the operator reads them (nothing under the Custom provider).
+pub(crate) async fn extra_reads(
+    source: &MetricSource,
+    spec: &LLMScalerSpec,
+    spec_replicas: i32,
+) -> (
+    Option<Result<f64, MetricError>>,
+    Option<crate::controller::observe::CapacityReadings>,
+) {
+    let MetricSource::Prometheus(prometheus) = source else {
+        return (None, None);
+    };
+    let activation = match &spec.activation {
+        Some(activation) if spec_replicas == 0 => Some(prometheus.query(&activation.query).await),
+        _ => None,
+    };
+    let capacity = match &spec.capacity {
+        Some(capacity) => {
+            let backlog = match &capacity.backlog_query {
+                Some(query) => Some(prometheus.query(query).await),
+                None => None,
+            };
+            Some((
+                prometheus.query(&capacity.arrival_rate_query).await,
+                backlog,
+            ))
+        }
+        None => None,
+    };
+    (activation, capacity)
 }
 
 /// When to read Prometheus through the API server's service proxy.

@@ -2,9 +2,10 @@
 //! what each one recommends and the overall recommendation after clamping ("why is it not
 //! scaling?").
 //!
-//! The per-metric ratio, the largest-wins rule and the clamp are the engine's
-//! ([`crate::engine::recommend`], [`crate::engine::Policy::clamp`], docs/scaling.md steps 3–4);
-//! stabilization and the step cap need history and are not applied.
+//! The evaluation is the operator's own step ([`crate::step::Scaler`]) on a fleet of `--ready`
+//! replicas, all Ready, with `spec.capacity`'s and `spec.activation`'s queries read as the
+//! operator reads them and the schedules active now; stabilization and the step cap need
+//! history and are not shown.
 
 pub mod explain;
 pub mod live;
@@ -18,9 +19,11 @@ use crate::process::fail;
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 use serde::Serialize;
 
-use crate::engine::{Limit, Policy, recommend};
+use crate::engine::capacity::CapacityInput;
+use crate::engine::{self, Limit};
 use crate::metrics::{MetricError, MetricSource, MetricsClient};
 use crate::scaler_file::{ScalerFileError, load_scaler};
+use crate::step::{self, Scaler};
 
 /// Exit status when a recommendation was made.
 pub const EXIT_RECOMMENDATION: u8 = 0;
@@ -191,15 +194,35 @@ pub async fn evaluate(
 ) -> Result<ProbeReport, MetricError> {
     let source = MetricSource::from_spec(client, spec)?;
     let readings = source.read(spec).await;
-    let signal = readings.signal(spec);
-    let (recommendation, outcomes) = recommend(&signal, ready);
+    let (activation, capacity) = live::extra_reads(&source, spec, ready).await;
+    let target = engine::Observation {
+        spec_replicas: ready,
+        ready_replicas: ready,
+        rollout_in_progress: false,
+    };
+    let observed = step::Observation {
+        now_ms: k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+        target: explain::step_target(target),
+        signal: readings.signal(spec),
+        capacity: capacity.as_ref().map(|(arrival, backlog)| CapacityInput {
+            arrival: arrival.as_ref().copied(),
+            backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
+        }),
+        activation: activation.as_ref().map(|a| a.as_ref().copied()),
+        pods: None,
+        in_flight: None,
+        deletion_costs: None,
+        acting: step::Acting::Active,
+        competitor: None,
+        status: None,
+    };
+    let decision = Scaler::new(spec, None).step(&observed).decision;
+    let recommendation = decision.recommendation;
     let (desired, limited) = match recommendation {
-        Some(raw) => {
-            let (clamped, limited) = Policy::from_spec(spec).clamp(raw);
-            (Some(clamped), limited)
-        }
+        Some(_) => (Some(decision.desired), decision.limited),
         None => (None, None),
     };
+    let outcomes = decision.metrics;
     let metrics = outcomes
         .into_iter()
         .map(|o| {
@@ -225,6 +248,26 @@ pub async fn evaluate(
     })
 }
 
+/// The spec fields `probe --scaler` cannot apply, by path: `serverHeadersFrom` names Secrets
+/// of the cluster, which a probe of a file does not read (`probe --name` does).
+///
+/// # Errors
+/// The first such field, with why.
+pub fn refused_by_scaler_file(spec: &LLMScalerSpec) -> Result<(), String> {
+    if spec
+        .server_headers_from
+        .as_ref()
+        .is_some_and(|h| !h.is_empty())
+    {
+        return Err(
+            "spec.serverHeadersFrom: probe --scaler does not read the cluster's Secrets; \
+             probe the applied scaler with --name, or put the header in serverHeaders for the probe"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
 /// Runs `llmscaler probe`: loads, defaults and validates the manifest, evaluates it once and
 /// prints the report on stdout. Returns the exit status: 0 recommendation, 4 recommendation
 /// with a metric skipped, 3 hold, 2 invalid spec (field-path messages on stderr), 1 other
@@ -240,6 +283,9 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
         Err(err) => return fail(EXIT_FAILURE, &err.to_string()),
     };
     let spec = scaler.spec;
+    if let Err(refused) = refused_by_scaler_file(&spec) {
+        return fail(EXIT_INVALID, &refused);
+    }
     let ready = match args.ready {
         None => spec.min_replicas,
         Some(n) => match i32::try_from(n) {

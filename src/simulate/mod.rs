@@ -1,5 +1,5 @@
-//! `llmscaler simulate`: replays a metric trace through the same decision engine the controller
-//! uses, with a simple readiness model, and reports what the scaler would have done
+//! `llmscaler simulate`: replays a metric trace through the operator's own step
+//! ([`crate::step::Scaler`]), with a simple readiness model, and reports what the scaler would have done
 //! (`--metrics`); or serves a request trace in a closed loop with the scaler and its comparators
 //! (`--requests`: [`compare`], [`replay`], [`policies`], [`hpa`]).
 
@@ -13,9 +13,10 @@ pub mod replay;
 
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 
-use crate::engine::{self, Action, History, Observation, Policy};
+use crate::engine::{self, Action};
+use crate::step::{self, Acting, Scaler, Target};
 use input::{Columns, Row};
 
 /// Replay settings.
@@ -109,11 +110,33 @@ impl Readiness {
     }
 }
 
-/// Runs every row through [`engine::decide`]. `spec` must be defaulted and valid.
+/// The spec fields `--metrics` cannot replay, by path: a metric trace has no column for
+/// `spec.capacity`'s or `spec.activation`'s queries, and no pods to drain. `--requests` replays
+/// them all.
+///
+/// # Errors
+/// The first such field, with why.
+pub fn refused_by_metrics(spec: &LLMScalerSpec) -> Result<(), String> {
+    let refused = [
+        (spec.capacity.is_some(), "spec.capacity"),
+        (spec.activation.is_some(), "spec.activation"),
+        (spec.drain().is_some(), "spec.scaleDown.drain"),
+    ];
+    match refused.iter().find(|(set, _)| *set) {
+        Some((_, field)) => Err(format!(
+            "{field}: simulate --metrics cannot replay it (a metric trace has no column for its \
+             queries or pods); use simulate --requests, which replays every field"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Runs every row through the operator's step ([`Scaler::step`]). `spec` must be defaulted and
+/// valid, and pass [`refused_by_metrics`].
 pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step> {
-    let base_policy = Policy::from_spec(spec);
-    let schedules = engine::schedule::compile(spec);
-    let mut history = History::default();
+    let mut scaler = Scaler::new(spec, None);
+    let acting = Acting::of_spec(spec);
+    let start_ms = options.start.as_millisecond();
     let mut spec_replicas = options.initial_replicas.unwrap_or(spec.min_replicas).max(0);
     let mut readiness = Readiness {
         ready: spec_replicas,
@@ -126,34 +149,43 @@ pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step>
         .map(|row| {
             let modelled = readiness.observe(row.t_ms);
             let ready = row.ready.unwrap_or(modelled);
-            let observed = Observation {
-                spec_replicas,
-                ready_replicas: ready,
-                rollout_in_progress: row.rollout,
+            let observed = step::Observation {
+                now_ms: start_ms.saturating_add(row.t_ms),
+                target: Target {
+                    spec_replicas,
+                    ready_replicas: ready,
+                    rollout_in_progress: row.rollout,
+                    is_deployment: false,
+                    owns_replicas: true,
+                    other_replicas_managers: Vec::new(),
+                },
+                signal: match spec.effective_provider() {
+                    MetricProvider::Prometheus => engine::Signal::metrics(spec, row.values.clone()),
+                    MetricProvider::Custom => engine::Signal::Decision(row.decision.clone()),
+                },
+                capacity: None,
+                activation: None,
+                pods: None,
+                in_flight: None,
+                deletion_costs: None,
+                acting: acting.clone(),
+                competitor: None,
+                status: None,
             };
-            let signal = match spec.effective_provider() {
-                MetricProvider::Prometheus => engine::Signal::metrics(spec, row.values.clone()),
-                MetricProvider::Custom => engine::Signal::Decision(row.decision.clone()),
-            };
-            let mut policy = base_policy.clone();
-            let now = options
-                .start
-                .checked_add(SignedDuration::from_millis(row.t_ms))
-                .unwrap_or(options.start);
-            engine::schedule::apply(&mut policy, &schedules, now);
-            let decision = engine::decide(&policy, &observed, &signal, &mut history, row.t_ms);
-            readiness.scale(row.t_ms, spec_replicas, decision.replicas, startup_ms);
-            spec_replicas = decision.replicas;
+            let plan = scaler.step(&observed);
+            let replicas = plan.replicas_after(spec_replicas);
+            readiness.scale(row.t_ms, spec_replicas, replicas, startup_ms);
+            spec_replicas = replicas;
             #[allow(clippy::cast_precision_loss)]
             let t_seconds = row.t_ms as f64 / 1000.0;
             Step {
                 t_text: row.t_text.clone(),
                 t_seconds,
                 ready,
-                desired: decision.desired,
-                replicas: decision.replicas,
-                action: decision.action,
-                reason: decision.reason.as_str(),
+                desired: plan.decision.desired,
+                replicas,
+                action: plan.decision.action,
+                reason: plan.decision.reason.as_str(),
                 value_texts: row.value_texts.clone(),
                 values: row_values(row),
             }

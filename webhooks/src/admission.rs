@@ -33,7 +33,8 @@ pub(crate) const CODE_BAD_REQUEST: u16 = 400;
 /// Validating admission (docs/admission.md) of a CREATE or UPDATE of an `LLMScaler`.
 ///
 /// - Allowed: DELETE and CONNECT, status subresource updates, objects with a
-///   `deletionTimestamp`, and valid specs. Valid specs get `warnings` from
+///   `deletionTimestamp`, UPDATEs that leave the spec as it was (a finalizer, a label), and
+///   valid specs. Valid specs get `warnings` from
 ///   [`llmscaler_api::spec_warnings`] (`preemption` has no effect; a Prometheus query without
 ///   top-level aggregation).
 /// - Denied with `status.reason = "Invalid"`, `status.code = 422` and a message listing every
@@ -44,7 +45,7 @@ pub(crate) const CODE_BAD_REQUEST: u16 = 400;
 ///   could be read.
 /// - Denied with `status.reason = "BadRequest"`, code 400: another kind, or no object.
 ///
-/// UPDATE is checked exactly like CREATE: only the new object counts.
+/// An UPDATE that changes the spec is checked exactly like CREATE: only the new object counts.
 pub fn validate(
     req: &AdmissionRequest<DynamicObject>,
     policy: &OperatorPolicy,
@@ -190,6 +191,15 @@ fn admitted_object(req: &AdmissionRequest<DynamicObject>) -> Admit {
         return Admit::Refuse(format!("{:?} request has no object", req.operation));
     };
     if object.metadata.deletion_timestamp.is_some() {
+        return Admit::Skip;
+    }
+    if req.operation == Operation::Update
+        && req
+            .old_object
+            .as_ref()
+            .is_some_and(|old| old.data.get("spec") == object.data.get("spec"))
+    {
+        // Metadata only (the operator's finalizer, labels, annotations): the spec was admitted.
         return Admit::Skip;
     }
     match serde_json::to_value(object) {

@@ -56,9 +56,11 @@ service:
 
 {{/* The rules on what the operator watches and scales: cluster-wide, or per watched namespace. */}}
 {{- define "llmscaler.watchedRules" -}}
+# `patch` on LLMScalers: the finalizer (added at the first sync, removed once a deleted
+# scaler's target is handed back, docs/uninstall.md#deleting-an-llmscaler).
 - apiGroups: ["autoscaling.modelsphere.dev"]
   resources: ["llmscalers"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["autoscaling.modelsphere.dev"]
   resources: ["llmscalers/status"]
   verbs: ["get", "patch"]

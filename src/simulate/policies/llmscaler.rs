@@ -1,11 +1,11 @@
-//! The scaler itself: every `syncPeriodSeconds`, its `spec.metrics[]` queries are evaluated on
-//! the scraped series and fed to the one decision engine (`crate::engine::decide`). Per-pod
-//! metrics (runtime signals, `perPod` queries, docs/signals.md) are read as the operator reads
-//! them: one series per pod, kept for the current Ready pods, averaged with the coverage rule.
-//! Under `scaleDown.drain` a scale-down first takes its victims out of rotation and lowers replicas
-//! once they are idle or `drainSeconds` has passed, with the controller's own rule
-//! ([`crate::controller::drain::next`]); the victims are the newest pods, as without
-//! `deletionCostQuery`, and their in-flight requests are read from the model (docs/simulate/README.md).
+//! The scaler itself: every `syncPeriodSeconds` it reads what the operator reads — its
+//! `spec.metrics[]` queries on the scraped series (per-pod metrics as the operator reads them:
+//! one series per pod, kept for the current Ready pods, averaged with the coverage rule,
+//! docs/signals.md), `spec.capacity`'s and `spec.activation`'s queries, and what the step asks
+//! for (the drain's in-flight query, `deletionCostQuery`) — and runs the operator's own step
+//! ([`crate::step::Scaler`]), then carries out its plan on the modelled cluster: rotation labels,
+//! pod-deletion-cost marks (which the modelled ReplicaSet honours) and `spec.replicas`
+//! (docs/simulate/README.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,32 +13,40 @@ use llmscaler_api::signals::{self, parse_coverage};
 use llmscaler_api::{LLMScalerSpec, MetricSpec};
 use promql_parser::parser::Expr;
 
-use crate::controller::drain::{self, Next};
-use crate::engine::capacity::{CapacityInput, CapacityModel};
-use crate::engine::startup::{self, StartupTracker};
-use crate::engine::{self, Extras, History, Observation, Policy, Record, Signal};
+use crate::engine::capacity::CapacityInput;
+use crate::engine::{History, Record, Signal};
 use crate::metrics::Subject;
 use crate::metrics::per_pod::{self, PodSet};
 use crate::promql::{self, PromqlError, Value};
 use crate::simulate::replay::{Autoscaler, View};
+use crate::step::{self, Acting, Effect, Scaler, Target};
 
 /// The engine on the scaler's own queries.
 #[derive(Debug)]
 pub struct LlmscalerPolicy {
-    spec: LLMScalerSpec,
-    policy: Policy,
+    scaler: Scaler,
     queries: Vec<Expr>,
-    history: History,
-    /// The drain in progress: the victims and when they left rotation (ms).
-    drain: Option<(Vec<String>, i64)>,
     /// The pods out of rotation after the last sync.
     out: BTreeSet<String>,
+    /// The pod-deletion-cost marks after the last sync.
+    costs: BTreeMap<String, i32>,
     /// The namespace label of the scraped series (runtime signals select on it).
     namespace: String,
-    /// `spec.capacity`: the model and its arrival-rate and backlog queries.
-    capacity: Option<(CapacityModel, Expr, Option<Expr>)>,
-    /// The measured start-up time (`spec.startup`).
-    startup: StartupTracker,
+    /// `spec.capacity`'s arrival-rate and backlog queries.
+    capacity: Option<(Expr, Option<Expr>)>,
+    /// Every sync's observation and plan, when recording ([`LlmscalerPolicy::recording`]).
+    record: Option<Vec<Synced>>,
+}
+
+/// One sync of the replay, as recorded: what the step was given and what it planned.
+#[derive(Clone, Debug)]
+pub struct Synced {
+    /// The observation.
+    pub observed: step::Observation<'static, String>,
+    /// `spec.replicas` after the sync.
+    pub replicas: i32,
+    /// The rotation changes of the sync: `(pod, "in" | "out")`.
+    pub rotation: Vec<(String, &'static str)>,
 }
 
 impl LlmscalerPolicy {
@@ -49,24 +57,33 @@ impl LlmscalerPolicy {
     /// (checked once against an empty store).
     pub fn new(spec: &LLMScalerSpec) -> Result<Self, PromqlError> {
         let queries = parse_all(spec)?;
-        let capacity = match (&spec.capacity, CapacityModel::from_spec(spec)) {
-            (Some(c), Some(model)) => Some((
-                model,
+        let capacity = match &spec.capacity {
+            Some(c) => Some((
                 parse_checked(&c.arrival_rate_query)?,
                 c.backlog_query.as_deref().map(parse_checked).transpose()?,
             )),
-            _ => None,
+            None => None,
         };
+        for query in [
+            spec.activation.as_ref().map(|a| a.query.as_str()),
+            spec.drain().and_then(|d| d.in_flight_query.as_deref()),
+            spec.scale_down
+                .as_ref()
+                .and_then(|s| s.deletion_cost_query.as_deref()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            parse_checked(query)?;
+        }
         Ok(Self {
-            spec: spec.clone(),
-            policy: Policy::from_spec(spec),
+            scaler: Scaler::new(spec, None),
             queries,
-            history: History::default(),
-            drain: None,
             out: BTreeSet::new(),
+            costs: BTreeMap::new(),
             namespace: "default".to_owned(),
             capacity,
-            startup: StartupTracker::default(),
+            record: None,
         })
     }
 
@@ -75,6 +92,18 @@ impl LlmscalerPolicy {
     pub fn in_namespace(mut self, namespace: &str) -> Self {
         namespace.clone_into(&mut self.namespace);
         self
+    }
+
+    /// The same policy recording every sync ([`LlmscalerPolicy::recorded`]).
+    #[must_use]
+    pub fn recording(mut self) -> Self {
+        self.record = Some(Vec::new());
+        self
+    }
+
+    /// The syncs recorded so far.
+    pub fn recorded(&self) -> &[Synced] {
+        self.record.as_deref().unwrap_or_default()
     }
 
     /// One per-pod metric at `now_ms`, as the operator reads it (docs/signals.md).
@@ -158,18 +187,78 @@ pub fn parse_checked(query: &str) -> Result<Expr, PromqlError> {
 
 impl Autoscaler for LlmscalerPolicy {
     fn period_ms(&self) -> i64 {
-        i64::from(self.spec.effective_sync_period_seconds().max(1)) * 1000
+        i64::from(self.scaler.spec().effective_sync_period_seconds().max(1)) * 1000
     }
 
     fn warm_start(&mut self, replicas: i32) {
-        self.history = History::from_records(vec![Record { at_ms: 0, replicas }]);
+        let history = History::from_records(vec![Record { at_ms: 0, replicas }]);
+        self.scaler = self.scaler.clone().with_history(history);
     }
 
     fn decide(&mut self, now_ms: i64, view: &View<'_>) -> i32 {
+        let observed = self.observe(now_ms, view);
+        let plan = self.scaler.step(&observed);
+        let mut rotation = Vec::new();
+        for effect in &plan.effects {
+            match effect {
+                Effect::Rotation { pods, value } => {
+                    for pod in pods {
+                        rotation.push((pod.clone(), *value));
+                        if *value == llmscaler_api::names::ROTATION_OUT {
+                            self.out.insert(pod.clone());
+                        } else {
+                            self.out.remove(pod);
+                        }
+                    }
+                }
+                Effect::Marks(marks) => {
+                    self.costs
+                        .extend(marks.set.iter().map(|(p, c)| (p.clone(), *c)));
+                    for pod in &marks.clear {
+                        self.costs.remove(pod);
+                    }
+                }
+                Effect::Replicas { .. } | Effect::Event(_) => {}
+            }
+        }
+        let replicas = plan.replicas_after(view.spec_replicas);
+        if let Some(record) = self.record.as_mut() {
+            record.push(Synced {
+                observed: observed.clone(),
+                replicas,
+                rotation,
+            });
+        }
+        replicas
+    }
+
+    fn out_of_rotation(&self) -> Option<&BTreeSet<String>> {
+        Some(&self.out)
+    }
+
+    fn deletion_costs(&self) -> Option<&BTreeMap<String, i32>> {
+        Some(&self.costs)
+    }
+}
+
+impl LlmscalerPolicy {
+    /// What the operator would read at `now_ms`: the target (a Deployment the operator owns),
+    /// its pods with their labels and marks, the metrics, and what the step asks for.
+    fn observe(&self, now_ms: i64, view: &View<'_>) -> step::Observation<'static, String> {
+        let spec = self.scaler.spec();
+        let target = Target {
+            spec_replicas: view.spec_replicas,
+            ready_replicas: view.ready_replicas,
+            rollout_in_progress: false,
+            is_deployment: true,
+            owns_replicas: true,
+            other_replicas_managers: Vec::new(),
+        };
+        let reads = self.scaler.reads(&target, &self.namespace, now_ms);
         let values: Vec<Result<f64, String>> = self
             .queries
             .iter()
-            .zip(self.spec.metrics())
+            .zip(spec.metrics())
             .map(|(q, metric)| {
                 if metric.is_per_pod() {
                     self.read_per_pod(metric, q, view, now_ms)
@@ -178,109 +267,73 @@ impl Autoscaler for LlmscalerPolicy {
                 }
             })
             .collect();
-        let signal = Signal::metrics(&self.spec, values);
-        let observed = Observation {
-            spec_replicas: view.spec_replicas,
-            ready_replicas: view.ready_replicas,
-            rollout_in_progress: false,
-        };
-        self.startup
-            .observe(now_ms, view.spec_replicas, view.ready_replicas);
         let read =
             |q: &Expr| promql::evaluate_single(q, view.store, now_ms).map_err(|e| e.to_string());
-        let extras = Extras {
-            capacity: self.capacity.as_ref().map(|(model, arrival, backlog)| {
-                (
-                    *model,
-                    CapacityInput {
-                        arrival: read(arrival),
-                        backlog: backlog.as_ref().map(read),
-                    },
-                )
-            }),
-            hold_metric_scale_up: startup::holds_scale_up(
-                &self.spec,
-                &self.startup,
-                now_ms,
-                view.spec_replicas,
-                view.ready_replicas,
-            ),
-        };
-        let mut policy = self.policy.clone();
-        policy.window_ms = startup::window_ms(&self.spec, policy.window_ms, &self.startup);
-        let replicas = engine::decide_with(
-            &policy,
-            &observed,
-            &signal,
-            &extras,
-            &mut self.history,
+        let pods = view
+            .cluster
+            .step_pods()
+            .into_iter()
+            .map(|mut p| {
+                p.deletion_cost = self.costs.get(&p.name).map(ToString::to_string);
+                if self.out.contains(&p.name) {
+                    p.rotation = Some(llmscaler_api::names::ROTATION_OUT.to_owned());
+                }
+                p
+            })
+            .collect();
+        step::Observation {
             now_ms,
-        )
-        .replicas;
-        if replicas > view.spec_replicas {
-            self.startup.note_scale_up(now_ms, replicas);
+            signal: Signal::metrics(spec, values),
+            capacity: self
+                .capacity
+                .as_ref()
+                .map(|(arrival, backlog)| CapacityInput {
+                    arrival: read(arrival),
+                    backlog: backlog.as_ref().map(read),
+                }),
+            activation: reads
+                .activation
+                .as_deref()
+                .map(|q| eval_text(q, view, now_ms)),
+            pods: reads.pods.then_some(Ok(pods)),
+            in_flight: reads.in_flight.as_ref().map(|(q, pods)| {
+                per_pod_text(q, view, now_ms).map(|mut values| {
+                    values.retain(|pod, _| pods.contains(pod));
+                    values
+                })
+            }),
+            deletion_costs: reads
+                .deletion_costs
+                .as_deref()
+                .map(|q| per_pod_text(q, view, now_ms)),
+            acting: Acting::of_spec(spec),
+            competitor: None,
+            status: None,
+            target,
         }
-        self.drained(now_ms, view, replicas)
-    }
-
-    fn out_of_rotation(&self) -> Option<&BTreeSet<String>> {
-        self.spec.drain().map(|_| &self.out)
     }
 }
 
-impl LlmscalerPolicy {
-    /// `spec.replicas` after the drain's step on a recommendation of `wanted`.
-    fn drained(&mut self, now_ms: i64, view: &View<'_>, wanted: i32) -> i32 {
-        let Some(config) = self.spec.drain() else {
-            return wanted;
-        };
-        let spec_replicas = view.spec_replicas;
-        let remove_now = spec_replicas - wanted;
-        if let Some((victims, started_ms)) = self.drain.clone() {
-            let live: Vec<String> = victims
-                .into_iter()
-                .filter(|v| view.pods.iter().any(|p| &p.name == v))
-                .collect();
-            #[allow(clippy::cast_precision_loss)]
-            let readings: BTreeMap<String, f64> = live
-                .iter()
-                .map(|v| (v.clone(), view.cluster.in_flight(v).unwrap_or(0) as f64))
-                .collect();
-            let drain_ms = i64::from(config.effective_drain_seconds()) * 1000;
-            match drain::next(
-                true,
-                &live,
-                &readings,
-                remove_now,
-                now_ms - started_ms,
-                drain_ms,
-            ) {
-                Next::Wait => return spec_replicas,
-                Next::Cancel => {
-                    self.drain = None;
-                    self.out.clear();
-                    return wanted;
-                }
-                Next::Finish { remove, .. } => {
-                    self.drain = None;
-                    let n = i32::try_from(remove.len()).unwrap_or(0);
-                    self.out = remove.into_iter().collect();
-                    return spec_replicas - n;
-                }
-                Next::Vanished => self.drain = None,
-            }
-        }
-        self.out.clear();
-        if remove_now <= 0 {
-            return wanted;
-        }
-        // The newest pods go first (names are numbered in creation order).
-        let mut names: Vec<String> = view.pods.iter().map(|p| p.name.clone()).collect();
-        names.sort();
-        let n = usize::try_from(remove_now).unwrap_or(0).min(names.len());
-        let victims = names.split_off(names.len() - n);
-        self.out = victims.iter().cloned().collect();
-        self.drain = Some((victims, now_ms));
-        spec_replicas
+/// One query's single value at `now_ms` (as the operator's Prometheus client reads it).
+fn eval_text(query: &str, view: &View<'_>, now_ms: i64) -> Result<f64, String> {
+    let expr = promql::parse(query).map_err(|e| e.to_string())?;
+    promql::evaluate_single(&expr, view.store, now_ms).map_err(|e| e.to_string())
+}
+
+/// One query's value per `pod` label at `now_ms`.
+fn per_pod_text(
+    query: &str,
+    view: &View<'_>,
+    now_ms: i64,
+) -> Result<BTreeMap<String, f64>, String> {
+    let expr = promql::parse(query).map_err(|e| e.to_string())?;
+    match promql::eval::eval(&expr, view.store, now_ms).map_err(|e| e.to_string())? {
+        Value::Vector(v) => Ok(v
+            .into_iter()
+            .filter_map(|(labels, x)| labels.get("pod").map(|p| (p.clone(), x)))
+            .collect()),
+        _ => Err(format!(
+            "{query}: a per-pod query must return an instant vector"
+        )),
     }
 }

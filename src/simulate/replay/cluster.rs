@@ -4,7 +4,7 @@
 //! model's fleet serving on the Ready ones in rotation. A removed pod's requests get the
 //! model's termination grace (`drain_s`), then are dropped.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use llmscaler_loadmodel::Fleet;
 
@@ -15,6 +15,7 @@ use crate::simulate::hpa::{Phase, Pod};
 #[derive(Clone, Debug)]
 struct PodState {
     name: String,
+    created_ms: i64,
     ready_ms: i64,
 }
 
@@ -36,6 +37,8 @@ pub struct Cluster {
     out: BTreeSet<String>,
     /// Names in rotation as last told to the fleet.
     routable_set: BTreeSet<String>,
+    /// The pod-deletion-cost marks (pod → cost; absent = 0).
+    costs: BTreeMap<String, i32>,
 }
 
 impl Cluster {
@@ -52,18 +55,23 @@ impl Cluster {
             ready_set: BTreeSet::new(),
             out: BTreeSet::new(),
             routable_set: BTreeSet::new(),
+            costs: BTreeMap::new(),
         };
         for _ in 0..initial {
-            c.add_pod(0);
+            c.add_pod(0, 0);
         }
         c.sync_ready();
         c
     }
 
-    fn add_pod(&mut self, ready_ms: i64) {
+    fn add_pod(&mut self, created_ms: i64, ready_ms: i64) {
         let name = format!("pod-{:05}", self.next_id);
         self.next_id += 1;
-        self.pods.push(PodState { name, ready_ms });
+        self.pods.push(PodState {
+            name,
+            created_ms,
+            ready_ms,
+        });
     }
 
     /// The fleet.
@@ -116,6 +124,25 @@ impl Cluster {
                 deleting: false,
             })
             .collect()
+    }
+
+    /// The pods as the operator's step sees them (no marks or labels: the policy adds its own).
+    pub fn step_pods(&self) -> Vec<crate::step::Pod> {
+        self.pods
+            .iter()
+            .map(|p| crate::step::Pod {
+                name: p.name.clone(),
+                ready: self.ready_set.contains(&p.name),
+                created: p.created_ms.div_euclid(1000),
+                deletion_cost: None,
+                rotation: None,
+            })
+            .collect()
+    }
+
+    /// Sets the pod-deletion-cost marks: a scale-down removes the lowest cost first.
+    pub fn set_deletion_costs(&mut self, costs: &BTreeMap<String, i32>) {
+        costs.clone_into(&mut self.costs);
     }
 
     /// The earliest time a starting pod becomes Ready, milliseconds.
@@ -180,19 +207,20 @@ impl Cluster {
         self.account(now_ms);
         let wanted = usize::try_from(wanted.max(0)).unwrap_or(0);
         while self.pods.len() < wanted {
-            self.add_pod(now_ms + self.startup_ms);
+            self.add_pod(now_ms, now_ms + self.startup_ms);
         }
         if self.pods.len() > wanted {
             // ReplicaSet order: not Ready first, then the lowest pod-deletion-cost (the pods a
-            // drain took out of rotation), then the most recently Ready; newest first.
+            // drain took out of rotation are marked), then the most recently Ready; newest first.
             let now = self.now_ms;
-            let out = &self.out;
+            let costs = &self.costs;
+            let cost = |p: &PodState| costs.get(&p.name).copied().unwrap_or(0);
             self.pods.sort_by(|a, b| {
                 let a_ready = a.ready_ms <= now;
                 let b_ready = b.ready_ms <= now;
                 a_ready
                     .cmp(&b_ready)
-                    .then(out.contains(&b.name).cmp(&out.contains(&a.name)))
+                    .then(cost(a).cmp(&cost(b)))
                     .then(b.ready_ms.cmp(&a.ready_ms))
                     .then(b.name.cmp(&a.name))
             });

@@ -65,6 +65,11 @@ pub trait Autoscaler {
     fn out_of_rotation(&self) -> Option<&std::collections::BTreeSet<String>> {
         None
     }
+    /// The pod-deletion-cost marks the policy wrote (pod → cost); `None` when it never marks.
+    /// A scale-down removes the lowest cost first, as a ReplicaSet does.
+    fn deletion_costs(&self) -> Option<&std::collections::BTreeMap<String, i32>> {
+        None
+    }
 }
 
 /// One point of the replica timeline.
@@ -168,6 +173,9 @@ pub fn run(
             let wanted = policy.decide(t, &view).max(0);
             if let Some(out) = policy.out_of_rotation() {
                 cluster.set_out_of_rotation(t, out);
+            }
+            if let Some(costs) = policy.deletion_costs() {
+                cluster.set_deletion_costs(costs);
             }
             if wanted != before {
                 scale_events += 1;

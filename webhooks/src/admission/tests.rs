@@ -641,6 +641,24 @@ fn objects_being_deleted_are_allowed_so_finalizers_can_go() {
 }
 
 #[test]
+fn a_metadata_only_update_is_allowed_so_the_operator_can_add_its_finalizer() {
+    // A stored spec that breaks a rule (admitted before the rule, or with the webhook down).
+    let old = scaler(with(json!({"minReplicas": 99})));
+    let mut object = old.clone();
+    object["metadata"]["finalizers"] = json!(["autoscaling.modelsphere.dev/cleanup"]);
+    let mut req = request("UPDATE", object.clone());
+    req.old_object = Some(serde_json::from_value(old).expect("old object"));
+    assert_eq!(
+        as_json(validate(&req, &OperatorPolicy::default())),
+        expected(true, json!({}), &[], None)
+    );
+    // The same spec change is still refused.
+    let mut changed = request("UPDATE", object);
+    changed.old_object = Some(serde_json::from_value(scaler(base())).expect("old object"));
+    assert!(!validate(&changed, &OperatorPolicy::default()).allowed);
+}
+
+#[test]
 fn status_updates_are_allowed_untouched() {
     let mut req = request("UPDATE", scaler(with(json!({"minReplicas": 99}))));
     req.sub_resource = Some("status".to_string());
