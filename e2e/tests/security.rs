@@ -68,12 +68,13 @@ async fn the_chart_service_account_holds_only_what_the_operator_uses() -> anyhow
     let own = Rbac::service_account(&namespace);
     let own_secret = format!("secrets/{own}-webhook-tls");
 
-    let allowed: [&[&str]; 6] = [
+    let allowed: [&[&str]; 7] = [
         &["patch", &format!("validatingwebhookconfigurations/{own}")],
         &["patch", &format!("mutatingwebhookconfigurations/{own}")],
         &["get", &own_secret, "-n", &namespace],
         &["update", &own_secret, "-n", &namespace],
-        &["patch", "leases/llmscaler-leader", "-n", &namespace],
+        &["update", "leases/llmscaler-leader", "-n", &namespace],
+        &["watch", "leases/llmscaler-leader", "-n", &namespace],
         &["create", "subjectaccessreviews.authorization.k8s.io"],
     ];
     for args in allowed {
@@ -86,7 +87,7 @@ async fn the_chart_service_account_holds_only_what_the_operator_uses() -> anyhow
         &["get", "secrets/another-secret", "-n", &namespace],
         &["list", "secrets", "-n", &namespace],
         &["get", "secrets", "-n", "kube-system"],
-        &["patch", "leases/another-lease", "-n", &namespace],
+        &["update", "leases/another-lease", "-n", &namespace],
         &["delete", "leases/llmscaler-leader", "-n", &namespace],
         &["update", "pods", "-n", &namespace],
     ];
