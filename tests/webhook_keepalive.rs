@@ -302,7 +302,7 @@ async fn shutdown_answers_every_request_then_closes() {
     let mut late = connect(webhook.addr, &certs).await;
 
     // The in-flight request finishes and says the connection closes.
-    busy.write_all(REVIEW[half..].as_bytes())
+    busy.write_all(&REVIEW.as_bytes()[half..])
         .await
         .expect("rest of the body");
     let answer = read_answer(&mut busy).await.expect("in-flight answer");
