@@ -129,13 +129,17 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
             tracing::error!(error = %err, "metrics server failed");
         }
     });
+    // The webhook drains from the shutdown request on, beside the controller's stop
+    // (`docs/security.md#keep-alive-and-shutdown`); `webhook_stop` ends it when the controller
+    // side ends for another reason.
+    let (webhook_stop_tx, webhook_stop_rx) = watch::channel(false);
     let webhook = (!args.no_webhook).then(|| {
         spawn_webhook(
             client.clone(),
             &args,
             policy.clone(),
             telemetry.clone(),
-            stop_rx.clone(),
+            webhook_stop_rx,
             shutdown.clone(),
         )
     });
@@ -157,8 +161,7 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
     } else {
         operator.run_elected(&args, &shutdown).await
     };
-    let _ = stop_tx.send(true);
-    let _ = http.await;
+    let _ = webhook_stop_tx.send(true);
     let webhook_result = match webhook {
         Some(task) => match task.await {
             Ok(result) => result.map_err(RunError::Webhook),
@@ -169,12 +172,16 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         },
         None => Ok(()),
     };
+    // `/metrics` and the probes answer until the webhook has drained.
+    let _ = stop_tx.send(true);
+    let _ = http.await;
     result.and(webhook_result)
 }
 
-/// Serves the admission webhook on every replica, leader or not, until `stop`. `/readyz` turns
-/// ready once it accepts connections; if it stops before shutdown, the process is marked
-/// unhealthy (`/healthz` fails) so the pod is restarted.
+/// Serves the admission webhook on every replica, leader or not, until shutdown is requested
+/// or `stop`, then drains it (`docs/security.md#keep-alive-and-shutdown`). `/readyz` turns ready
+/// once it accepts connections and unready at the shutdown request; if it stops before
+/// shutdown, the process is marked unhealthy (`/healthz` fails) so the pod is restarted.
 fn spawn_webhook(
     client: kube::Client,
     args: &RunArgs,
@@ -185,6 +192,7 @@ fn spawn_webhook(
 ) -> tokio::task::JoinHandle<Result<(), llmscaler_webhooks::Error>> {
     let (namespace, webhook_args) = (args.namespace.clone(), args.webhook.clone());
     let listen = args.webhook.webhook_listen;
+    let requested = shutdown.clone();
     tokio::spawn(async move {
         let expiry = telemetry.clone();
         let serving = llmscaler_webhooks::managed::run_observed(
@@ -193,7 +201,10 @@ fn spawn_webhook(
             &webhook_args,
             policy,
             async move {
-                let _ = stop.wait_for(|stop| *stop).await;
+                tokio::select! {
+                    () = requested.wait() => {}
+                    _ = stop.wait_for(|stop| *stop) => {}
+                }
             },
             move |unix_seconds| expiry.set_webhook_certificate_expiry(unix_seconds),
         );
@@ -202,7 +213,13 @@ fn spawn_webhook(
             result = &mut serving => result,
             () = wait_listening(listen) => {
                 telemetry.set_ready(true);
-                serving.await
+                tokio::select! {
+                    result = &mut serving => result,
+                    () = shutdown.requested() => {
+                        telemetry.set_ready(false);
+                        serving.await
+                    }
+                }
             }
         };
         telemetry.set_ready(false);

@@ -277,3 +277,87 @@ async fn metrics_listener_cuts_off_tricklers_idles_and_limits_connections() {
     stop_server.notify_one();
     server.await.expect("server task").expect("served");
 }
+
+/// Reads one short answer on `stream` (a `/healthz` head and body fit one read).
+async fn healthz(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("request");
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.expect("answer");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// Waits up to `limit` for the peer to close `stream` (EOF or an error); how long it took.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = [0u8; 256];
+    match tokio::time::timeout(limit, stream.read(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => Some(start.elapsed()),
+        Ok(Ok(n)) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&buf[..n])),
+        Err(_) => None,
+    }
+}
+
+/// Issue 29 (`docs/security.md#keep-alive-and-shutdown`): the idle keep-alive limit and the
+/// request-head limit are separate. A connection idle past the head limit is reused; a head
+/// trickled on it afterwards is still cut at the head limit from its first byte; an idle
+/// connection is closed at the idle limit, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_limit_and_head_limit_are_separate() {
+    init();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let router = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+    let limits = llmscaler_webhooks::listener::Limits {
+        header_read: Duration::from_secs(1),
+        idle: Duration::from_secs(4),
+        ..llmscaler_webhooks::listener::METRICS_LIMITS
+    };
+    tokio::spawn(llmscaler_webhooks::listener::serve_plain(
+        listener,
+        router,
+        limits,
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+
+    let mut conn = TcpStream::connect(addr).await.expect("connect");
+    assert!(healthz(&mut conn).await.starts_with("HTTP/1.1 200"));
+    let idle = 2 * limits.header_read;
+    let closed = closed_within(&mut conn, idle).await;
+    assert!(closed.is_none(), "closed after {closed:?} idle");
+    assert!(healthz(&mut conn).await.starts_with("HTTP/1.1 200"));
+    // A head trickled a byte every 200 ms after that: cut about 1 s after its first byte.
+    let start = Instant::now();
+    let mut cut = None;
+    for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaa".iter() {
+        if conn.write_all(&[*byte]).await.is_err() {
+            cut = Some(start.elapsed());
+            break;
+        }
+        if closed_within(&mut conn, Duration::from_millis(200))
+            .await
+            .is_some()
+        {
+            cut = Some(start.elapsed());
+            break;
+        }
+    }
+    eprintln!("trickled head after a reuse cut after {cut:?}");
+    assert!(
+        cut.is_some_and(|t| t <= limits.header_read + Duration::from_secs(1)),
+        "{cut:?}"
+    );
+
+    let mut idle_conn = TcpStream::connect(addr).await.expect("connect");
+    assert!(healthz(&mut idle_conn).await.starts_with("HTTP/1.1 200"));
+    let closed = closed_within(&mut idle_conn, 3 * limits.idle).await;
+    eprintln!("idle connection closed after {closed:?}");
+    assert!(
+        closed.is_some_and(|t| t >= limits.idle - Duration::from_millis(500)
+            && t <= limits.idle + Duration::from_secs(1)),
+        "{closed:?}"
+    );
+}

@@ -33,7 +33,7 @@
 //!     }
 //! }));
 //! let context = llmscaler_webhooks::server::WebhookContext::new(policy);
-//! llmscaler_webhooks::server::serve(listener, resolver, shutdown, context).await?;
+//! llmscaler_webhooks::server::serve(listener, resolver, shutdown, context, drain).await?;
 //! ```
 //!
 //! # Permissions

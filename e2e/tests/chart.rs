@@ -459,6 +459,35 @@ fn vllm_emulator_chart_refuses_a_drain_budget_over_the_grace_period() -> anyhow:
     Ok(())
 }
 
+/// Issue 29 (docs/security.md#keep-alive-and-shutdown): the operator pod's grace period covers
+/// the preStop delay and the webhook's drain, which the operator is told; a budget over the
+/// grace period does not render.
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn operator_chart_refuses_a_webhook_drain_over_the_grace_period() -> anyhow::Result<()> {
+    let (_, deployment) = deployment_with("{}")?;
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 120);
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(args.contains(&"--webhook-drain-seconds=100"), "{args:?}");
+    // 5 + 100 + 10 = 115 fits 115; 116 does not.
+    deployment_with("terminationGracePeriodSeconds: 115")?;
+    let refused = deployment_with("terminationGracePeriodSeconds: 114")
+        .expect_err("a drain over the grace period must not render");
+    assert!(
+        format!("{refused:#}").contains(
+            "shutdownDelaySeconds (5) + webhook.drainSeconds (100) + 10 = 115 exceeds terminationGracePeriodSeconds (114)"
+        ),
+        "{refused:#}"
+    );
+    Ok(())
+}
+
 /// The operator Deployment of a render with `values` (a YAML values file).
 fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
     let dir = tempfile::tempdir()?;

@@ -255,16 +255,26 @@ async fn apply_object(client: &Client, namespace: &str, object: &Value) -> anyho
     Ok(())
 }
 
-/// A stream of LLMScaler applies through the webhooks until `stop`: `(applies, failures)`.
+/// A stream of LLMScaler applies through the webhooks until `stop`, one every `period` (back to
+/// back when `None`): `(applies, failures)`.
 fn apply_stream(
     client: Client,
     namespace: String,
     stop: Arc<AtomicBool>,
+    period: Option<Duration>,
 ) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
     tokio::spawn(async move {
         let mut applies = 0u64;
         let mut failures = Vec::new();
+        let mut ticks = period.map(|p| {
+            let mut ticks = tokio::time::interval(p);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks
+        });
         while !stop.load(Ordering::SeqCst) {
+            if let Some(ticks) = ticks.as_mut() {
+                ticks.tick().await;
+            }
             let i = applies % 5;
             let mut object = percent_scaler(&namespace, &format!("stream-{i}"), "2");
             object["spec"]["maxReplicas"] = json!(4 + (applies % 7) as i64);
@@ -275,6 +285,150 @@ fn apply_stream(
         }
         (applies, failures)
     })
+}
+
+/// `helm upgrade` of `release` with a new pod annotation (a rollout of the operator pods),
+/// waiting for it; its duration.
+fn upgrade_with_rollout(
+    release: &str,
+    chart: &str,
+    namespace: &str,
+    values: &str,
+    round: u64,
+) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    helm(&[
+        "upgrade",
+        release,
+        chart,
+        "--namespace",
+        namespace,
+        "-f",
+        values,
+        "--set",
+        &format!("podAnnotations.rollout=r{round}"),
+        "--wait",
+        "--timeout",
+        "5m",
+    ])?;
+    Ok(t.elapsed())
+}
+
+/// Waits until the webhook of a fresh install refuses target "80%" through its Service.
+async fn wait_admission_working(namespace: &str) -> anyhow::Result<String> {
+    let namespace = namespace.to_string();
+    wait_for(
+        "the webhook to refuse target \"80%\" through its Service",
+        Duration::from_secs(180),
+        || {
+            let manifest = percent_scaler(&namespace, "percent", "80%");
+            async move {
+                Ok(match kubectl_apply(&manifest)? {
+                    Ok(out) => bail!("target \"80%\" was accepted: {out}"),
+                    Err(e) if e.contains("denied the request") => Check::Done(e),
+                    Err(e) => Check::NotYet(e),
+                })
+            }
+        },
+    )
+    .await
+}
+
+fn env_u64(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .with_context(|| format!("{name}={v:?} is not a whole number")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// Issue 29, opt-in (`e2e/in-cluster-test --soak`): `LLMSCALER_SOAK_UPGRADES` (20) `helm upgrade`s,
+/// each rolling the operator pods, while an applier writes an LLMScaler every 100 ms, then
+/// `LLMSCALER_SOAK_STEADY_SECONDS` (600) of the same applies with no upgrade: no admission may
+/// fail (the webhook never closes a connection the API server is about to reuse,
+/// docs/security.md#keep-alive-and-shutdown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "soak, needs e2e/cluster up --real-node: e2e/in-cluster-test --soak"]
+async fn soak_upgrades_and_steady_applies_fail_no_admission() -> anyhow::Result<()> {
+    let upgrades = env_u64("LLMSCALER_SOAK_UPGRADES", 20)?;
+    let steady = Duration::from_secs(env_u64("LLMSCALER_SOAK_STEADY_SECONDS", 600)?);
+    let period = Duration::from_millis(100);
+    let client = client().await?;
+    install_crd()?;
+    let ns = TestNamespace::create(&client, "soak").await?;
+    let namespace = ns.name().to_string();
+    let release = unique_name("soak");
+    let dir = tempfile::tempdir()?;
+    let values = dir.path().join("node.yaml");
+    std::fs::write(&values, NODE_VALUES)?;
+    let values = values.to_string_lossy().into_owned();
+    let chart = chart_dir().to_string_lossy().into_owned();
+    let installed = Release::install(&release, &chart, &namespace, &["-f", &values])?;
+    wait_admission_working(&namespace).await?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stream = apply_stream(
+        client.clone(),
+        namespace.clone(),
+        stop.clone(),
+        Some(period),
+    );
+    let began = Instant::now();
+    for round in 1..=upgrades {
+        let took = upgrade_with_rollout(&release, &chart, &namespace, &values, round)?;
+        measured(
+            &format!("soak: helm upgrade {round}/{upgrades} with rollout (s)"),
+            format!("{:.1}", took.as_secs_f64()),
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (rolling_applies, rolling_failures) = stream.await?;
+    measured(
+        &format!(
+            "soak: applies every {period:?} during {upgrades} upgrades ({:.0} s)",
+            began.elapsed().as_secs_f64()
+        ),
+        rolling_applies,
+    );
+    measured(
+        "soak: admission failures during the upgrades",
+        rolling_failures.len(),
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stream = apply_stream(
+        client.clone(),
+        namespace.clone(),
+        stop.clone(),
+        Some(period),
+    );
+    // The phase is a length of time, not a condition to wait for.
+    tokio::time::sleep(steady).await;
+    stop.store(true, Ordering::SeqCst);
+    let (steady_applies, steady_failures) = stream.await?;
+    measured(
+        &format!(
+            "soak: applies every {period:?} over {} s steady",
+            steady.as_secs()
+        ),
+        steady_applies,
+    );
+    measured("soak: admission failures steady", steady_failures.len());
+
+    for (phase, applies, failures) in [
+        ("upgrades", rolling_applies, &rolling_failures),
+        ("steady", steady_applies, &steady_failures),
+    ] {
+        ensure!(
+            failures.is_empty(),
+            "{phase}: {} of {applies} applies failed, first: {}",
+            failures.len(),
+            failures[0]
+        );
+    }
+    installed.uninstall()?;
+    ns.delete().await
 }
 
 /// The whole in-cluster story, in order (one operator release at a time in the cluster).
@@ -297,21 +451,7 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
     // 1. helm install, default mode; time until the webhook answers through its Service.
     let start = Instant::now();
     let installed = Release::install(&release, &chart, &namespace, &["-f", &values])?;
-    let refusal = wait_for(
-        "the webhook to refuse target \"80%\" through its Service",
-        Duration::from_secs(180),
-        || {
-            let manifest = percent_scaler(&namespace, "percent", "80%");
-            async move {
-                Ok(match kubectl_apply(&manifest)? {
-                    Ok(out) => bail!("target \"80%\" was accepted: {out}"),
-                    Err(e) if e.contains("denied the request") => Check::Done(e),
-                    Err(e) => Check::NotYet(e),
-                })
-            }
-        },
-    )
-    .await?;
+    let refusal = wait_admission_working(&namespace).await?;
     measured(
         "helm install -> admission working (s)",
         format!("{:.1}", start.elapsed().as_secs_f64()),
@@ -494,26 +634,12 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
 
     // 5. helm upgrade twice (each rolls the operator pods) under a stream of applies.
     let stop = Arc::new(AtomicBool::new(false));
-    let stream = apply_stream(client.clone(), namespace.clone(), stop.clone());
+    let stream = apply_stream(client.clone(), namespace.clone(), stop.clone(), None);
     for round in 1..=2 {
-        let t = Instant::now();
-        helm(&[
-            "upgrade",
-            &release,
-            &chart,
-            "--namespace",
-            &namespace,
-            "-f",
-            &values,
-            "--set",
-            &format!("podAnnotations.rollout=r{round}"),
-            "--wait",
-            "--timeout",
-            "5m",
-        ])?;
+        let took = upgrade_with_rollout(&release, &chart, &namespace, &values, round)?;
         measured(
             &format!("helm upgrade {round} with rollout (s)"),
-            format!("{:.1}", t.elapsed().as_secs_f64()),
+            format!("{:.1}", took.as_secs_f64()),
         );
     }
     stop.store(true, Ordering::SeqCst);
@@ -587,7 +713,9 @@ async fn helm_install_in_cluster_then_drain_through_a_service() -> anyhow::Resul
     })
     .await?;
     installed.uninstall()?;
-    wait_for("no operator object left", Duration::from_secs(90), || {
+    // The operator pods drain their webhook connections until the API server has closed them
+    // (up to webhook.drainSeconds, within terminationGracePeriodSeconds = 120 s).
+    wait_for("no operator object left", Duration::from_secs(150), || {
         let (namespace, fullname, release) = (namespace.clone(), fullname.clone(), release.clone());
         async move {
             let left = operator_objects(&namespace, &fullname, &release)?;

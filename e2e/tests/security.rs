@@ -373,6 +373,8 @@ async fn a_user_who_may_not_scale_the_target_cannot_point_a_scaler_at_it() -> an
         validating_webhook_configuration: Some(configuration.0.clone()),
         mutating_webhook_configuration: None,
         webhook_cert_check_seconds: 2,
+        // The test stops the server when done; its drain is not under test here.
+        webhook_drain_seconds: 2,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn({

@@ -177,6 +177,8 @@ async fn webhook_validates_defaults_and_recovers_its_certificates() -> anyhow::R
         validating_webhook_configuration: Some(configurations.validating.clone()),
         mutating_webhook_configuration: Some(configurations.mutating.clone()),
         webhook_cert_check_seconds: 2,
+        // The test stops the server when done; its drain is not under test here.
+        webhook_drain_seconds: 2,
     };
     let cfg = args.cert_config(&namespace);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

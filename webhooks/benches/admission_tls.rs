@@ -78,6 +78,7 @@ async fn start_webhook(resolver: Arc<CertResolver>) -> SocketAddr {
         resolver,
         std::future::pending::<()>(),
         server::WebhookContext::new(llmscaler_api::OperatorPolicy::default()),
+        server::DEFAULT_DRAIN,
     ));
     addr
 }

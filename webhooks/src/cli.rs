@@ -74,6 +74,11 @@ pub struct WebhookArgs {
     /// How often the certificate and key files are checked for changes, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub cert_reload_interval_ms: u64,
+    /// After SIGTERM, how long open connections may take to close, seconds: answers carry
+    /// `Connection: close` meanwhile and new connections are still served; the server stops
+    /// earlier once none is open (`docs/security.md#keep-alive-and-shutdown`).
+    #[arg(long, default_value_t = server::DEFAULT_DRAIN.as_secs())]
+    pub drain_seconds: u64,
     /// The operator-wide policy admission enforces.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -116,11 +121,13 @@ pub async fn serve(
         Duration::from_millis(args.cert_reload_interval_ms.max(10)),
         Some((cert, key)),
     ));
+    let drain = Duration::from_secs(args.drain_seconds);
     let result = server::serve(
         listener,
         resolver,
         shutdown,
         server::WebhookContext::new(policy),
+        drain,
     )
     .await;
     watcher.abort();

@@ -15,6 +15,8 @@
 //!   ([`server::CertResolver`]), and a poller that reloads it from files.
 //! - [`listener`]: timeouts and connection/stream limits shared by the webhook and the
 //!   operator's `/metrics` listener.
+//! - [`drain`]: per-connection tracking: the request-head timeout, and the webhook's graceful
+//!   drain on shutdown (`Connection: close`, `GOAWAY`, idle connections closed by their client).
 //! - [`managed`]: the webhook as `llmscaler run` serves it, with certificates from
 //!   `llmscaler-certs` kept in a Secret and swapped in as they rotate ([`managed::run`]).
 //! - [`cli`]: `llmscaler webhook --listen ADDR --tls-cert-file F --tls-key-file F`, the server
@@ -23,6 +25,7 @@
 pub mod access;
 pub mod admission;
 pub mod cli;
+pub mod drain;
 pub mod listener;
 pub mod managed;
 pub mod review;

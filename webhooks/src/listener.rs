@@ -1,7 +1,9 @@
 //! Listener hardening shared by the webhook's HTTPS listener and the operator's `/metrics`
-//! listener (`docs/security.md#listeners`): a TLS handshake timeout, a header-read timeout (which
-//! also closes idle keep-alive connections), a first-request timeout, a request-body timeout, a
-//! connection limit and an HTTP/2 stream limit, so slow or idle clients cannot hold a listener.
+//! listener (`docs/security.md#listeners`): a TLS handshake timeout, a request-head timeout from
+//! the head's first byte, an idle keep-alive timeout, a first-request timeout, a request-body
+//! timeout, a connection limit and an HTTP/2 stream limit, so slow or idle clients cannot hold
+//! a listener. The webhook's idle timeout outlives kube-apiserver's idle webhook connections, so
+//! the server never closes a connection the API server is about to reuse ([`crate::drain`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,8 +26,11 @@ pub struct Limits {
     /// The whole first request head, from the end of the handshake (covers the protocol
     /// detection bytes too).
     pub first_request: Duration,
-    /// A request head (HTTP/1), also the idle time allowed between keep-alive requests.
+    /// A request head (HTTP/1), from its first byte.
     pub header_read: Duration,
+    /// An idle HTTP/1 keep-alive connection, from the end of an answer to the next request's
+    /// head (the head included); at least `header_read`.
+    pub idle: Duration,
     /// A whole request from its head: body read and answer.
     pub body: Duration,
     /// HTTP/2 keep-alive ping interval; the connection closes when a ping is not answered
@@ -39,12 +44,22 @@ pub struct Limits {
     pub max_header_bytes: u32,
 }
 
-/// The admission webhook's limits: the API server keeps a few long-lived HTTP/2 connections
-/// and sends small reviews; 5 s to send a head or a body is generous for it.
+/// How long kube-apiserver's webhook client keeps an idle connection before closing it: its
+/// transport is client-go's (`k8s.io/apimachinery/pkg/util/net.SetTransportDefaults`), whose
+/// `IdleConnTimeout` is Go's `http.DefaultTransport` value, 90 s; it speaks HTTP/1.1 only to
+/// webhooks (`NextProtos = ["http/1.1"]` in `k8s.io/apiserver/pkg/util/webhook`), so there is no
+/// `GOAWAY` to close a connection gracefully.
+pub(crate) const APISERVER_IDLE_CONN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The admission webhook's limits: the API server sends small reviews over HTTP/1.1 keep-alive
+/// connections; 5 s to send a head or a body is generous for it. An idle connection is kept
+/// 120 s, 30 s longer than the API server keeps it ([`APISERVER_IDLE_CONN_TIMEOUT`]), so the
+/// API server always closes first and never writes a request on a connection being closed.
 pub(crate) const WEBHOOK_LIMITS: Limits = Limits {
     handshake: Duration::from_secs(5),
     first_request: Duration::from_secs(8),
     header_read: Duration::from_secs(5),
+    idle: Duration::from_secs(120),
     body: Duration::from_secs(5),
     h2_keep_alive: Duration::from_secs(20),
     max_connections: 256,
@@ -53,10 +68,15 @@ pub(crate) const WEBHOOK_LIMITS: Limits = Limits {
 };
 
 /// The `/metrics`, `/healthz`, `/readyz` listener's limits: scrapers and kubelet probes.
+// The webhook's idle limit outlives the API server's, so the API server always closes first.
+const _: () = assert!(WEBHOOK_LIMITS.idle.as_secs() > APISERVER_IDLE_CONN_TIMEOUT.as_secs());
+
+/// Probes open a connection per request; idle connections are closed after 5 s.
 pub const METRICS_LIMITS: Limits = Limits {
     handshake: Duration::from_secs(5),
     first_request: Duration::from_secs(8),
     header_read: Duration::from_secs(5),
+    idle: Duration::from_secs(5),
     body: Duration::from_secs(5),
     h2_keep_alive: Duration::from_secs(20),
     max_connections: 64,
@@ -64,7 +84,9 @@ pub const METRICS_LIMITS: Limits = Limits {
     max_header_bytes: 32 * 1024,
 };
 
-/// Applies `limits` to an axum-server `server` (HTTP builder and first-request timeout).
+/// Applies `limits` to an axum-server `server` (HTTP builder and first-request timeout). hyper's
+/// header-read timer runs from the end of an answer, so it is the idle timeout here; the head's
+/// own limit is [`crate::drain::Guard`]'s.
 pub fn configure<A: axum_server::Address, Acc>(
     mut server: axum_server::Server<A, Acc>,
     limits: &Limits,
@@ -72,7 +94,7 @@ pub fn configure<A: axum_server::Address, Acc>(
     let builder = server.http_builder();
     builder
         .http1()
-        .header_read_timeout(limits.header_read)
+        .header_read_timeout(limits.idle.max(limits.header_read))
         .keep_alive(true);
     builder
         .http2()
@@ -192,7 +214,12 @@ pub async fn serve_plain(
         shutdown.await;
         stopper.graceful_shutdown(Some(grace));
     });
-    let server = configure(axum_server::from_tcp(listener)?, &limits);
+    let acceptor = crate::drain::Guard::new(
+        axum_server::accept::DefaultAcceptor,
+        crate::drain::Drain::new(),
+        limits.header_read,
+    );
+    let server = configure(axum_server::from_tcp(listener)?.acceptor(acceptor), &limits);
     server
         .handle(handle)
         .serve(ConnectionLimit::new(

@@ -20,8 +20,8 @@ pub(crate) const DEFAULT_SERVICE_NAME: &str = "llmscaler-webhook";
 /// Command-line flags of the managed webhook, meant to be `#[command(flatten)]`ed into the
 /// operator's `run` arguments: `--webhook-listen`, `--cert-secret`, `--webhook-service`,
 /// `--webhook-extra-san` (repeatable), `--validating-webhook-configuration`,
-/// `--mutating-webhook-configuration`, `--webhook-cert-check-seconds` (the names the chart
-/// passes).
+/// `--mutating-webhook-configuration`, `--webhook-cert-check-seconds`,
+/// `--webhook-drain-seconds` (the names the chart passes).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ManagedArgs {
     /// Address the admission webhook listens on (HTTPS).
@@ -46,6 +46,11 @@ pub struct ManagedArgs {
     /// Seconds between two checks of the Secret and the caBundles.
     #[arg(long, default_value_t = 10)]
     pub webhook_cert_check_seconds: u64,
+    /// After SIGTERM, how long the webhook's open connections may take to close, seconds
+    /// (answers carry `Connection: close` meanwhile; it stops earlier once none is open). Keep
+    /// the pod's `terminationGracePeriodSeconds` above the preStop delay plus this.
+    #[arg(long, default_value_t = server::DEFAULT_DRAIN.as_secs())]
+    pub webhook_drain_seconds: u64,
 }
 
 impl ManagedArgs {
@@ -162,7 +167,8 @@ pub async fn run_observed(
         policy,
         access: Some(access),
     };
-    let result = server::serve(listener, resolver, stopped(stop_rx), context).await;
+    let drain = Duration::from_secs(args.webhook_drain_seconds);
+    let result = server::serve(listener, resolver, stopped(stop_rx), context, drain).await;
     certs.abort();
     watcher.abort();
     result

@@ -35,8 +35,16 @@ pub const VALIDATE_PATH: &str = "/validate";
 pub const MUTATE_PATH: &str = "/mutate";
 /// Path of the health endpoint (`200 ok` once serving).
 pub(crate) const HEALTHZ_PATH: &str = "/healthz";
-/// How long a graceful shutdown waits for open requests before closing connections.
-pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long the drain after a shutdown request lasts at most, by default: 100 s, longer than
+/// kube-apiserver keeps an idle webhook connection
+/// ([`crate::listener::APISERVER_IDLE_CONN_TIMEOUT`], 90 s), so that every connection it had
+/// open at the request is closed by the API server itself or after an answer with
+/// `Connection: close` ([`crate::drain`]). The drain ends earlier once no connection is open.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(100);
+
+// Every connection idle at the shutdown request is closed by the API server within the drain.
+const _: () =
+    assert!(DEFAULT_DRAIN.as_secs() > crate::listener::APISERVER_IDLE_CONN_TIMEOUT.as_secs());
 
 /// The serving certificate, swappable while serving: a rustls [`ResolvesServerCert`] that
 /// hands every new handshake the [`CertifiedKey`] set last. Cheap to read (an atomic load), so
@@ -290,8 +298,13 @@ fn into_response(reply: Reply) -> Response {
 }
 
 /// Serves [`router`] with `context` over TLS on `listener` until `shutdown` completes, then
-/// stops accepting and gives open requests [`SHUTDOWN_GRACE`] to finish. The listener is
-/// hardened with [`crate::listener::WEBHOOK_LIMITS`] (`docs/security.md#listeners`).
+/// drains for at most `drain`: the listener keeps accepting (the pod may still be an endpoint
+/// somewhere), in-flight requests finish, every later HTTP/1 answer carries
+/// `Connection: close`, HTTP/2 connections get `GOAWAY`, idle connections stay open until their
+/// client closes them; serving stops when no connection is open or `drain` has passed
+/// ([`crate::drain`], `docs/security.md#keep-alive-and-shutdown`; [`DEFAULT_DRAIN`] is the
+/// operator's default). The listener is hardened with [`crate::listener::WEBHOOK_LIMITS`]
+/// (`docs/security.md#listeners`).
 ///
 /// # Errors
 /// [`Error::Tls`] for a bad TLS configuration, [`Error::Serve`] when the listener fails.
@@ -300,6 +313,7 @@ pub async fn serve(
     resolver: Arc<CertResolver>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     context: WebhookContext,
+    drain: Duration,
 ) -> Result<(), Error> {
     let addr = listener
         .local_addr()
@@ -313,15 +327,23 @@ pub async fn serve(
     let config =
         axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(tls_config(resolver)?));
     let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();
-    let stopper = handle.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        stopper.graceful_shutdown(Some(SHUTDOWN_GRACE));
-    });
+    let connections = crate::drain::Drain::new();
+    tokio::spawn(drain_after(
+        shutdown,
+        connections.clone(),
+        handle.clone(),
+        drain,
+    ));
     let limits = crate::listener::WEBHOOK_LIMITS;
     let server = axum_server::from_tcp_rustls(listener, config)
         .map_err(serve_error)?
-        .map(|acceptor| acceptor.handshake_timeout(limits.handshake));
+        .map(|acceptor| {
+            crate::drain::Guard::new(
+                acceptor.handshake_timeout(limits.handshake),
+                connections,
+                limits.header_read,
+            )
+        });
     crate::listener::configure(server, &limits)
         .handle(handle)
         .serve(crate::listener::ConnectionLimit::new(
@@ -330,6 +352,33 @@ pub async fn serve(
         ))
         .await
         .map_err(serve_error)
+}
+
+/// After `shutdown`: starts the drain of `connections`, waits until they are closed or `limit`
+/// passed, then stops the server of `handle` (closing what is left).
+async fn drain_after(
+    shutdown: impl Future<Output = ()>,
+    connections: crate::drain::Drain,
+    handle: axum_server::Handle<SocketAddr>,
+    limit: Duration,
+) {
+    shutdown.await;
+    let open = connections.start();
+    tracing::info!(
+        open,
+        limit_seconds = limit.as_secs(),
+        "draining the admission webhook: answers carry Connection: close, idle connections are closed by their clients"
+    );
+    let left = connections.closed(limit).await;
+    if left > 0 {
+        tracing::warn!(
+            left,
+            "admission webhook drain time over; closing the connections left"
+        );
+    } else {
+        tracing::info!("admission webhook drained: no connection open");
+    }
+    handle.shutdown();
 }
 
 /// Reloads `resolver` from a certificate file and a key file whenever their contents change,

@@ -103,3 +103,16 @@ namespaceSelector:
       values: {{ toJson .Values.watchNamespaces }}
 {{- end }}
 {{- end -}}
+
+{{/* The termination budget: the preStop delay, then the webhook's drain, then ~10 s to stop. */}}
+{{- define "llmscaler.checkTerminationBudget" -}}
+{{- if and .Values.webhook.enabled (not .Values.outOfCluster.enabled) -}}
+{{- $delay := int .Values.shutdownDelaySeconds -}}
+{{- $drain := int .Values.webhook.drainSeconds -}}
+{{- $need := add $delay $drain 10 -}}
+{{- $grace := int .Values.terminationGracePeriodSeconds -}}
+{{- if gt $need $grace -}}
+{{- fail (printf "termination budget does not fit: shutdownDelaySeconds (%d) + webhook.drainSeconds (%d) + 10 = %d exceeds terminationGracePeriodSeconds (%d); raise terminationGracePeriodSeconds to at least %d or shorten the drain" $delay $drain $need $grace $need) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
