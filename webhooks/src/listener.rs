@@ -49,13 +49,13 @@ pub struct Limits {
 /// `IdleConnTimeout` is Go's `http.DefaultTransport` value, 90 s; it speaks HTTP/1.1 only to
 /// webhooks (`NextProtos = ["http/1.1"]` in `k8s.io/apiserver/pkg/util/webhook`), so there is no
 /// `GOAWAY` to close a connection gracefully.
-pub(crate) const APISERVER_IDLE_CONN_TIMEOUT: Duration = Duration::from_secs(90);
+pub const APISERVER_IDLE_CONN_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The admission webhook's limits: the API server sends small reviews over HTTP/1.1 keep-alive
 /// connections; 5 s to send a head or a body is generous for it. An idle connection is kept
 /// 120 s, 30 s longer than the API server keeps it ([`APISERVER_IDLE_CONN_TIMEOUT`]), so the
 /// API server always closes first and never writes a request on a connection being closed.
-pub(crate) const WEBHOOK_LIMITS: Limits = Limits {
+pub const WEBHOOK_LIMITS: Limits = Limits {
     handshake: Duration::from_secs(5),
     first_request: Duration::from_secs(8),
     header_read: Duration::from_secs(5),
