@@ -86,10 +86,33 @@ pub async fn explain_live(
         name: &spec.target_ref.name,
         observed: state.observation(),
     };
-    let observed = step::Observation {
+    let observed = observation(
+        state.observation(),
+        readings.signal(&spec),
+        (&activation, &capacity),
+        scaler.status.as_ref(),
+    );
+    let step = Scaler::new(&spec, scaler.status.as_ref()).with_history(history.clone());
+    let explanation = explain_step(&spec, &view, step, &observed, &history);
+    Ok((spec, explanation))
+}
+
+/// The step's input for one probe: the target, the metric readings and [`extra_reads`]' values
+/// at the current time, as an active scaler sees them; no pods, drain or deletion costs are
+/// read (probe shows what the metrics ask for, not a drain).
+pub(crate) fn observation<'a>(
+    target: crate::engine::Observation,
+    signal: crate::engine::Signal<&'a MetricError>,
+    (activation, capacity): (
+        &'a Option<Result<f64, MetricError>>,
+        &'a Option<crate::controller::observe::CapacityReadings>,
+    ),
+    status: Option<&'a llmscaler_api::LLMScalerStatus>,
+) -> step::Observation<'a, &'a MetricError> {
+    step::Observation {
         now_ms: Timestamp::now().as_millisecond(),
-        target: step_target(state.observation()),
-        signal: readings.signal(&spec),
+        target: step_target(target),
+        signal,
         capacity: capacity.as_ref().map(|(arrival, backlog)| CapacityInput {
             arrival: arrival.as_ref().copied(),
             backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
@@ -100,11 +123,8 @@ pub async fn explain_live(
         deletion_costs: None,
         acting: Acting::Active,
         competitor: None,
-        status: scaler.status.as_ref(),
-    };
-    let step = Scaler::new(&spec, scaler.status.as_ref()).with_history(history.clone());
-    let explanation = explain_step(&spec, &view, step, &observed, &history);
-    Ok((spec, explanation))
+        status,
+    }
 }
 
 /// The activation query (while the target is at zero) and `spec.capacity`'s queries, read as

@@ -19,11 +19,10 @@ use crate::process::fail;
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 use serde::Serialize;
 
-use crate::engine::capacity::CapacityInput;
 use crate::engine::{self, Limit};
 use crate::metrics::{MetricError, MetricSource, MetricsClient};
 use crate::scaler_file::{ScalerFileError, load_scaler};
-use crate::step::{self, Scaler};
+use crate::step::Scaler;
 
 /// Exit status when a recommendation was made.
 pub const EXIT_RECOMMENDATION: u8 = 0;
@@ -200,22 +199,12 @@ pub async fn evaluate(
         ready_replicas: ready,
         rollout_in_progress: false,
     };
-    let observed = step::Observation {
-        now_ms: k8s_openapi::jiff::Timestamp::now().as_millisecond(),
-        target: explain::step_target(target),
-        signal: readings.signal(spec),
-        capacity: capacity.as_ref().map(|(arrival, backlog)| CapacityInput {
-            arrival: arrival.as_ref().copied(),
-            backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
-        }),
-        activation: activation.as_ref().map(|a| a.as_ref().copied()),
-        pods: None,
-        in_flight: None,
-        deletion_costs: None,
-        acting: step::Acting::Active,
-        competitor: None,
-        status: None,
-    };
+    let observed = live::observation(
+        target,
+        readings.signal(spec),
+        (&activation, &capacity),
+        None,
+    );
     let decision = Scaler::new(spec, None).step(&observed).decision;
     let recommendation = decision.recommendation;
     let (desired, limited) = match recommendation {
