@@ -6,6 +6,7 @@
 //! - [`replica`]: one replica under continuous batching ([`replica::Params`] has every knob).
 //! - [`fleet`]: least-outstanding routing over Ready replicas, drain on removal, the run
 //!   [`fleet::Report`].
+//! - [`profile`]: a model's parameters read from a YAML or JSON file (`--model FILE`).
 //! - [`exposition`]: the Prometheus text of the replicas' metrics under vLLM's names.
 //!
 //! Everything runs in trace time and is deterministic: same trace, seed and Ready-set changes
@@ -14,9 +15,11 @@
 
 pub mod exposition;
 pub mod fleet;
+pub mod profile;
 pub mod replica;
 pub mod trace;
 
 pub use fleet::{Fleet, Replay, Report};
+pub use profile::Profile;
 pub use replica::{Params, ReplicaMetrics};
 pub use trace::{ATTRIBUTION, Request};
