@@ -53,16 +53,19 @@ build_runtime_image() {
   rm -rf "$root" "$layout"
 }
 
-# The Deployment and Service, as JSON on stdout (REPLICAS, MAX_NUM_SEQS).
+# The Deployment and Service, as JSON on stdout (REPLICAS, MAX_NUM_SEQS, SHUTDOWN_TIMEOUT).
 workload_manifest() {
-  local replicas="$1" max_num_seqs="$2" prefix repository
+  local replicas="$1" max_num_seqs="$2" shutdown="$3" prefix repository
   prefix="$(python_prefix)"
   repository="$(sed -nE 's/^  repository: *([^ ]+)$/\1/p' "$E2E_DIR/../charts/llmscaler/values.yaml" | head -n 1)"
-  python3 - "$replicas" "$max_num_seqs" "$prefix" "${repository%/*}/$VLLM_IMAGE_NAME:$VLLM_VERSION" \
+  python3 - "$replicas" "$max_num_seqs" "$shutdown" "$prefix" "${repository%/*}/$VLLM_IMAGE_NAME:$VLLM_VERSION" \
     "$VENV" "$MODEL_DIR" "$VLLM_HOME/cache" "$SERVED_NAME" "$VLLM_NAMESPACE" <<'PY'
 import json, sys
-replicas, seqs, prefix, image, venv, model, cache, served, ns = sys.argv[1:]
+replicas, seqs, shutdown, prefix, image, venv, model, cache, served, ns = sys.argv[1:]
 labels = {"app": "vllm"}
+# The drain label (docs/scale-down.md#the-service-shape-it-needs): in the template and the
+# Service's selector, never in the Deployment's selector.
+rotation = {"autoscaling.modelsphere.dev/rotation": "in"}
 mounts = [("usr", "/usr", True), ("python", prefix, True), ("venv", venv, True),
           ("model", model, True), ("cache", cache, False)]
 env = {
@@ -83,7 +86,7 @@ deployment = {
         "replicas": int(replicas),
         "selector": {"matchLabels": labels},
         "template": {
-            "metadata": {"labels": labels},
+            "metadata": {"labels": {**labels, **rotation}},
             "spec": {
                 "nodeSelector": {"llmscaler.dev/real-node": "true"},
                 "tolerations": [{"key": "llmscaler.dev/real-node", "operator": "Exists",
@@ -99,11 +102,13 @@ deployment = {
                     "command": [f"{venv}/bin/python", "-m", "vllm.entrypoints.openai.api_server",
                                 "--model", model, "--served-model-name", served,
                                 "--host", "0.0.0.0", "--port", "8000",
-                                "--max-num-seqs", seqs, "--shutdown-timeout", "30"],
+                                "--max-num-seqs", seqs, "--shutdown-timeout", shutdown],
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "ports": [{"name": "http", "containerPort": 8000}],
                     "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 120},
-                    "readinessProbe": {**probe, "periodSeconds": 2, "failureThreshold": 2},
+                    # A stopped process leaves the Service after 10-15 s; its metrics go stale
+                    # after one failed scrape (2 s), which the coverage test relies on.
+                    "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
                     "volumeMounts": [{"name": n, "mountPath": p, "readOnly": ro}
                                      for n, p, ro in mounts]
                                     + [{"name": "shm", "mountPath": "/dev/shm"},
@@ -120,7 +125,7 @@ deployment = {
 service = {
     "apiVersion": "v1", "kind": "Service",
     "metadata": {"name": "vllm", "namespace": ns, "labels": labels},
-    "spec": {"selector": labels, "ports": [{"name": "http", "port": 8000, "targetPort": 8000}]},
+    "spec": {"selector": {**labels, **rotation}, "ports": [{"name": "http", "port": 8000, "targetPort": 8000}]},
 }
 print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, deployment, service]}))
@@ -180,7 +185,7 @@ stop_prometheus() {
 }
 
 workload_up() {
-  local replicas="${1:-1}" max_num_seqs="${VLLM_MAX_NUM_SEQS:-2}" kc port
+  local replicas="${1:-1}" max_num_seqs="${VLLM_MAX_NUM_SEQS:-2}" shutdown="${VLLM_SHUTDOWN_TIMEOUT:-30}" kc port
   [[ -f "$KUBECONFIG_PATH" ]] || die "no cluster state in $STATE_DIR" "run e2e/cluster up --real-node first"
   kc=("$KUBECTL" --kubeconfig "$KUBECONFIG_PATH")
   [[ "$("${kc[@]}" get node llmscaler-real-node -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == "True" ]] ||
@@ -191,7 +196,7 @@ workload_up() {
   mkdir -p "$WORKLOAD_DIR" "$VLLM_HOME/cache/vllm" "$VLLM_HOME/cache/inductor"
   build_runtime_image
   "$E2E_DIR/real-node" import >/dev/null
-  workload_manifest "$replicas" "$max_num_seqs" | "${kc[@]}" apply -f - >/dev/null
+  workload_manifest "$replicas" "$max_num_seqs" "$shutdown" | "${kc[@]}" apply -f - >/dev/null
   port="${LLMSCALER_VLLM_PROMETHEUS_PORT:-$(( ${LLMSCALER_E2E_PORT_BASE:-31440} + 20 ))}"
   start_prometheus "$port"
   log "waiting for $replicas vLLM pod(s) to be Ready (2-4 min each on 2 cores)"

@@ -10,6 +10,8 @@ pub mod exporter;
 pub mod fixture;
 pub mod operator;
 pub mod pod;
+#[cfg(feature = "real-node")]
+pub mod realnode;
 pub mod session;
 pub mod watch;
 

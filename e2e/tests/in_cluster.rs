@@ -16,13 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
@@ -33,137 +33,15 @@ use llmscaler_e2e::fixture::{
 };
 use llmscaler_e2e::operator::{chart_dir, run_command};
 use llmscaler_e2e::prometheus::Prometheus;
-use llmscaler_e2e::{
-    Check, TestNamespace, client, helm_path, kubectl_apply, kubectl_path, unique_name, wait_for,
+use llmscaler_e2e::realnode::{
+    NODE_VALUES, REAL_NODE, Release, bridge_address, container_process, helm, measured,
+    percent_scaler, pod_ready, ready_pods, wait_admission_working,
 };
+use llmscaler_e2e::{Check, TestNamespace, client, kubectl_path, unique_name, wait_for};
 use serde_json::{Value, json};
-
-const REAL_NODE: &str = "llmscaler-real-node";
-const NODE_LABEL: &str = "llmscaler.dev/real-node";
-
-/// Values placing pods on the real node (it is tainted so that nothing else lands there).
-const NODE_VALUES: &str = "nodeSelector:\n  llmscaler.dev/real-node: \"true\"\n\
-                           tolerations:\n  - key: llmscaler.dev/real-node\n    operator: Exists\n    effect: NoSchedule\n";
-
-fn measured(what: &str, value: impl std::fmt::Display) {
-    eprintln!("measured: {what}: {value}");
-}
-
-fn helm(args: &[&str]) -> anyhow::Result<String> {
-    run_command(&helm_path(), args, None)
-}
-
-/// A Helm release uninstalled on drop (a failed test must not leave cluster-wide webhook
-/// configurations calling a deleted namespace behind); [`Release::uninstall`] on success.
-struct Release {
-    name: String,
-    namespace: String,
-    done: bool,
-}
-
-impl Release {
-    fn install(name: &str, chart: &str, namespace: &str, extra: &[&str]) -> anyhow::Result<Self> {
-        let mut args = vec!["install", name, chart, "--namespace", namespace];
-        args.extend_from_slice(extra);
-        helm(&args)?;
-        Ok(Self {
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-            done: false,
-        })
-    }
-
-    fn uninstall(mut self) -> anyhow::Result<()> {
-        self.done = true;
-        helm(&[
-            "uninstall",
-            &self.name,
-            "--namespace",
-            &self.namespace,
-            "--wait",
-            "--timeout",
-            "3m",
-        ])?;
-        Ok(())
-    }
-}
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = helm(&[
-                "uninstall",
-                &self.name,
-                "--namespace",
-                &self.namespace,
-                "--wait=false",
-            ]);
-        }
-    }
-}
 
 fn emulator_chart() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/vllm-emulator")
-}
-
-/// The real node's address on its pod bridge (where pods reach the host).
-async fn bridge_address(client: &Client) -> anyhow::Result<IpAddr> {
-    let node = Api::<Node>::all(client.clone())
-        .get(REAL_NODE)
-        .await
-        .context("the real node is missing: run e2e/cluster up --real-node")?;
-    let labels = node.labels();
-    ensure!(
-        labels.get(NODE_LABEL).map(String::as_str) == Some("true"),
-        "node {REAL_NODE} lacks {NODE_LABEL}=true"
-    );
-    let address = node
-        .status
-        .and_then(|s| s.addresses)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|a| a.type_ == "InternalIP")
-        .context("the real node has no InternalIP")?;
-    Ok(address.address.parse()?)
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Running and Ready pods of a selector, not being deleted.
-async fn ready_pods(pods: &Api<Pod>, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    Ok(pods
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
-        .collect())
-}
-
-/// The host process of a container (`containerd://<id>`): the process whose cgroup names the id.
-fn container_process(container_id: &str) -> anyhow::Result<u32> {
-    let id = container_id.rsplit("://").next().unwrap_or(container_id);
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
-        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        if cgroup.contains(id) && comm.trim() != "pause" {
-            return Ok(pid);
-        }
-    }
-    bail!("no process of container {id} on this machine")
 }
 
 /// `(uid, root mounted read-only)` of a container's process, read from /proc.
@@ -182,22 +60,6 @@ fn process_identity(pid: u32) -> anyhow::Result<(u32, bool)> {
         .context("no root mount")?;
     let options = root.split(' ').nth(5).unwrap_or_default();
     Ok((uid, options.split(',').any(|o| o == "ro")))
-}
-
-fn percent_scaler(namespace: &str, name: &str, target: &str) -> Value {
-    json!({
-        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
-        "kind": "LLMScaler",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            // One target per scaler: admission refuses a second LLMScaler on a workload.
-            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": format!("absent-{name}")},
-            "serverAddress": "http://prometheus.monitoring:9090",
-            "minReplicas": 1,
-            "maxReplicas": 4,
-            "metrics": [{"query": "avg(vllm:num_requests_waiting)", "target": target}],
-        }
-    })
 }
 
 /// `caBundle` of every webhook of both configurations named `name`.
@@ -312,26 +174,6 @@ fn upgrade_with_rollout(
         "5m",
     ])?;
     Ok(t.elapsed())
-}
-
-/// Waits until the webhook of a fresh install refuses target "80%" through its Service.
-async fn wait_admission_working(namespace: &str) -> anyhow::Result<String> {
-    let namespace = namespace.to_string();
-    wait_for(
-        "the webhook to refuse target \"80%\" through its Service",
-        Duration::from_secs(180),
-        || {
-            let manifest = percent_scaler(&namespace, "percent", "80%");
-            async move {
-                Ok(match kubectl_apply(&manifest)? {
-                    Ok(out) => bail!("target \"80%\" was accepted: {out}"),
-                    Err(e) if e.contains("denied the request") => Check::Done(e),
-                    Err(e) => Check::NotYet(e),
-                })
-            }
-        },
-    )
-    .await
 }
 
 fn env_u64(name: &str, default: u64) -> anyhow::Result<u64> {
