@@ -106,7 +106,8 @@ fn is_status(err: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool 
 /// - absent: a fresh state is created with `POST`; when another replica created it first
 ///   (409 AlreadyExists) the winner's Secret is read and used, so replicas starting together
 ///   end up with one CA;
-/// - present but incomplete or unreadable: replaced by a fresh state;
+/// - present but incomplete or unreadable: replaced by a fresh state (by the held one in
+///   [`sync_secret_from`]);
 /// - present: [`pki::renew`] decides; a change is written with `PUT` carrying the
 ///   `resourceVersion` read, so a concurrent writer makes it fail (409 Conflict) and the loop
 ///   starts again from a fresh read.
@@ -118,6 +119,36 @@ pub async fn sync_secret(
     client: &Client,
     cfg: &CertConfig,
     now: OffsetDateTime,
+) -> Result<CertState, Error> {
+    sync_secret_from(client, cfg, now, None).await
+}
+
+/// What an absent Secret is filled with: the state this process `held` (renewed first when
+/// [`pki::renew`] says so) or, with nothing held, a fresh CA and serving certificate.
+fn refill(
+    cfg: &CertConfig,
+    held: Option<&CertState>,
+    now: OffsetDateTime,
+) -> Result<CertState, Error> {
+    match held {
+        Some(state) => Ok(pki::renew(state, cfg, now)?.unwrap_or_else(|| state.clone())),
+        None => pki::new_state(cfg, now),
+    }
+}
+
+/// [`sync_secret`] for a process that already serves with `held` (the state of its last
+/// successful round): a Secret deleted behind the operator's back (by hand, by a `helm upgrade`
+/// or a GitOps prune) is written again **with the CA this process holds**, so the `caBundle`
+/// the API server trusts and the certificate every replica serves stay valid and no admission
+/// fails (`docs/security.md#certificates`). Only a process that holds nothing creates a new CA.
+///
+/// # Errors
+/// As [`sync_secret`].
+pub async fn sync_secret_from(
+    client: &Client,
+    cfg: &CertConfig,
+    now: OffsetDateTime,
+    held: Option<&CertState>,
 ) -> Result<CertState, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let params = PostParams {
@@ -131,13 +162,17 @@ pub async fn sync_secret(
             cfg.namespace
         )))?;
         let Some(current) = current else {
-            let state = pki::new_state(cfg, now)?;
+            let state = refill(cfg, held, now)?;
             match secrets
                 .create(&params, &secret_for(cfg, &state, None))
                 .await
             {
                 Ok(_) => {
-                    tracing::info!(secret = %name, "created the webhook CA and serving certificate");
+                    if held.is_some() {
+                        tracing::warn!(secret = %name, "the webhook Secret was missing; written again from the CA held in memory");
+                    } else {
+                        tracing::info!(secret = %name, "created the webhook CA and serving certificate");
+                    }
                     return Ok(state);
                 }
                 Err(err) if is_status(&err, kube::core::Status::is_already_exists) => continue,
@@ -150,7 +185,9 @@ pub async fn sync_secret(
             }
         };
         let (wanted, why) = match CertState::from_secret(&current) {
-            None => (pki::new_state(cfg, now)?, "Secret was incomplete"),
+            // Emptied or re-created empty (a `helm upgrade` after the Secret was deleted puts
+            // the chart's empty Secret back): refilled like an absent one.
+            None => (refill(cfg, held, now)?, "Secret was incomplete"),
             Some(state) => match pki::renew(&state, cfg, now)? {
                 None => return Ok(state),
                 Some(renewed) => (renewed, "rotation due"),
@@ -292,20 +329,23 @@ pub async fn ensure(client: &Client, cfg: &CertConfig) -> Result<ServingPems, Er
 ///
 /// Errors are logged and retried at the next round; the loop never returns on its own: drop or
 /// abort the future to stop it. Every replica may run it: the Secret writes are race-safe, and
-/// every replica follows the Secret (a deleted Secret is recreated with a new CA and
-/// re-injected within one interval).
+/// every replica follows the Secret. A deleted Secret is written again within one interval from
+/// the CA the replicas hold in memory ([`sync_secret_from`]): the `caBundle` stays the same
+/// and no admission fails.
 pub async fn maintain<F>(client: Client, cfg: CertConfig, on_change: F)
 where
     F: Fn(&ServingPems) + Send + Sync,
 {
     let mut last: Option<ServingPems> = None;
+    let mut held: Option<CertState> = None;
     let mut ticker = tokio::time::interval(cfg.check_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match sync_secret(&client, &cfg, OffsetDateTime::now_utc()).await {
+        match sync_secret_from(&client, &cfg, OffsetDateTime::now_utc(), held.as_ref()).await {
             Ok(state) => {
                 let pems = state.serving_pems();
+                held = Some(state);
                 if last.as_ref() != Some(&pems) {
                     on_change(&pems);
                     last = Some(pems.clone());

@@ -334,6 +334,13 @@ impl Operator {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Whether the process has exited (or was killed by the test).
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|child| child.try_wait().ok().flatten().is_some())
+    }
+
     /// SIGKILL: the process dies without releasing its Lease.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
