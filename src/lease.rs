@@ -102,7 +102,10 @@ pub(crate) fn clock_ahead_ms(spec: &LeaseSpec, me: &str, now: Timestamp) -> Opti
         return None;
     }
     let renewed = spec.renew_time.as_ref()?.0;
-    Some(now.as_millisecond().saturating_sub(renewed.as_millisecond()))
+    Some(
+        now.as_millisecond()
+            .saturating_sub(renewed.as_millisecond()),
+    )
 }
 
 /// The spec this process writes at `now` (its clock) when it takes or renews the Lease.

@@ -24,12 +24,43 @@ pub const ETCD: &str = "etcd";
 /// The kube-apiserver component of the local cluster.
 pub const KUBE_APISERVER: &str = "kube-apiserver";
 
-/// How long [`ControlPlane::restart`] waits for the old process to exit after `SIGTERM`.
-pub(crate) const EXIT_DEADLINE: Duration = Duration::from_secs(30);
+/// How long [`ControlPlane::restart`] lets the old process shut down after `SIGTERM` before it
+/// sends `SIGKILL` (kube-apiserver closes its listener at once but may wait for long requests).
+pub(crate) const TERM_GRACE: Duration = Duration::from_secs(5);
+/// How long [`ControlPlane::restart`] waits for the old process to be gone after `SIGKILL`.
+pub(crate) const EXIT_DEADLINE: Duration = Duration::from_secs(10);
 
-/// The local cluster's component processes.
+/// How to start one component again: what `/proc` showed of it.
+#[derive(Clone, Debug)]
+struct Launch {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: PathBuf,
+}
+
+impl Launch {
+    /// What `/proc/<pid>` shows of a running process.
+    fn of(pid: u32) -> anyhow::Result<Self> {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        Ok(Self {
+            argv: split_nul(&std::fs::read(proc_dir.join("cmdline"))?),
+            env: split_nul(&std::fs::read(proc_dir.join("environ"))?)
+                .into_iter()
+                .filter_map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                })
+                .collect(),
+            cwd: std::fs::read_link(proc_dir.join("cwd"))?,
+        })
+    }
+}
+
+/// The local cluster's component processes, with how each was started (read when
+/// [`ControlPlane::from_env`] ran, so a component that exits later can be started again).
 pub struct ControlPlane {
     dir: PathBuf,
+    launches: Vec<(String, Launch)>,
 }
 
 impl ControlPlane {
@@ -48,7 +79,77 @@ impl ControlPlane {
             "{} has no pids/: run `e2e/cluster up` with the same LLMSCALER_E2E_STATE",
             dir.display()
         );
-        Ok(Self { dir })
+        let mut launches = Vec::new();
+        for entry in std::fs::read_dir(dir.join("pids"))? {
+            let path = entry?.path();
+            let Some(name) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".pid"))
+            else {
+                continue;
+            };
+            let name = name.to_owned();
+            let plane = Self {
+                dir: dir.clone(),
+                launches: Vec::new(),
+            };
+            let pid = plane.pid(&name)?;
+            ensure!(
+                alive(pid),
+                "{name} (pid {pid}) is not running: `e2e/cluster down`, then `up` again"
+            );
+            launches.push((name, Launch::of(pid)?));
+        }
+        Ok(Self { dir, launches })
+    }
+
+    /// Starts again every component that has exited since [`ControlPlane::from_env`], as the
+    /// kubelet or systemd restarts a static control plane (kube-controller-manager and
+    /// kube-scheduler exit when they cannot renew their own leader Lease, e.g. while etcd or the
+    /// API server is down); returns their names.
+    ///
+    /// # Errors
+    /// When one cannot be started.
+    pub fn revive(&self) -> anyhow::Result<Vec<String>> {
+        let mut revived = Vec::new();
+        for (name, launch) in &self.launches {
+            if !alive(self.pid(name)?) {
+                self.spawn(name, launch)?;
+                revived.push(name.clone());
+            }
+        }
+        Ok(revived)
+    }
+
+    /// Starts `launch` as component `name`: its log appended to, its pid file updated.
+    fn spawn(&self, name: &str, launch: &Launch) -> anyhow::Result<u32> {
+        let (program, args) = launch
+            .argv
+            .split_first()
+            .with_context(|| format!("{name} has an empty command line"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("logs").join(format!("{name}.log")))?;
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(&launch.cwd)
+            .env_clear()
+            .envs(launch.env.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a Ctrl-C of the test run does not reach it.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {program} again"))?;
+        let new_pid = child.id();
+        std::fs::write(self.pid_file(name), format!("{new_pid}\n"))?;
+        // Not waited on here: it outlives the test like the original, and `e2e/cluster down`
+        // stops it by the pid file.
+        std::mem::forget(child);
+        Ok(new_pid)
     }
 
     fn pid_file(&self, component: &str) -> PathBuf {
@@ -74,12 +175,16 @@ impl ControlPlane {
     }
 
     /// `SIGSTOP`: the process stops answering but keeps its sockets (connections hang rather
-    /// than fail, as with a stalled disk or a frozen VM).
+    /// than fail, as with a stalled disk or a frozen VM). The returned guard sends `SIGCONT`
+    /// when dropped, so a failing test never leaves the cluster frozen.
     ///
     /// # Errors
     /// When the signal cannot be sent.
-    pub fn pause(&self, component: &str) -> anyhow::Result<()> {
-        self.signal(component, "-STOP")
+    pub fn pause(&self, component: &str) -> anyhow::Result<Paused> {
+        self.signal(component, "-STOP")?;
+        Ok(Paused {
+            pid: self.pid(component)?,
+        })
     }
 
     /// `SIGCONT` after [`ControlPlane::pause`].
@@ -90,57 +195,50 @@ impl ControlPlane {
         self.signal(component, "-CONT")
     }
 
-    /// Stops `component` with `SIGTERM`, waits until it has exited, and starts it again with
+    /// Stops `component` with `SIGTERM` (`SIGKILL` after [`TERM_GRACE`]), waits until it has
+    /// exited, and starts it again with
     /// the same command line, working directory and environment (its log appended to, its pid
     /// file updated). Returns when the new process runs (not when it is ready: the test waits
     /// for what it needs).
     ///
     /// # Errors
-    /// When `/proc` cannot be read, the old process outlives [`EXIT_DEADLINE`], or the new one
-    /// cannot be started.
+    /// When `/proc` cannot be read, the old process outlives `SIGKILL` by [`EXIT_DEADLINE`], or
+    /// the new one cannot be started.
     pub fn restart(&self, component: &str) -> anyhow::Result<u32> {
         let pid = self.pid(component)?;
-        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        let argv: Vec<String> = split_nul(&std::fs::read(proc_dir.join("cmdline"))?);
-        let env: Vec<(String, String)> = split_nul(&std::fs::read(proc_dir.join("environ"))?)
-            .into_iter()
-            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-            .collect();
-        let cwd = std::fs::read_link(proc_dir.join("cwd"))?;
-        let (program, args) = argv
-            .split_first()
-            .with_context(|| format!("{component} (pid {pid}) has an empty command line"))?;
+        let launch = Launch::of(pid)?;
         run_command("kill", &["-TERM", &pid.to_string()], None)?;
-        let deadline = Instant::now() + EXIT_DEADLINE;
-        while alive(pid) {
-            if Instant::now() >= deadline {
-                bail!("{component} (pid {pid}) did not exit within {EXIT_DEADLINE:?} of SIGTERM");
+        if !exits_within(pid, TERM_GRACE) {
+            let _ = run_command("kill", &["-KILL", &pid.to_string()], None);
+            if !exits_within(pid, EXIT_DEADLINE) {
+                bail!("{component} (pid {pid}) outlived SIGKILL by {EXIT_DEADLINE:?}");
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("logs").join(format!("{component}.log")))?;
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(cwd)
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            // Its own process group: a Ctrl-C of the test run does not reach it.
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {program} again"))?;
-        let new_pid = child.id();
-        std::fs::write(self.pid_file(component), format!("{new_pid}\n"))?;
-        // Not waited on here: it outlives the test like the original, and `e2e/cluster down`
-        // stops it by the pid file.
-        std::mem::forget(child);
-        Ok(new_pid)
+        self.spawn(component, &launch)
     }
+}
+
+/// A process stopped by [`ControlPlane::pause`]; `SIGCONT` on drop.
+pub struct Paused {
+    pid: u32,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = run_command("kill", &["-CONT", &self.pid.to_string()], None);
+    }
+}
+
+/// Polls until process `pid` is gone (or a zombie), for at most `deadline`; whether it went.
+fn exits_within(pid: u32, deadline: Duration) -> bool {
+    let end = Instant::now() + deadline;
+    while alive(pid) {
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 /// Whether process `pid` exists and is not a zombie.

@@ -94,6 +94,18 @@ async fn api_ready() -> anyhow::Result<()> {
     .await
 }
 
+/// Starts again the control-plane components that exited during a fault (as the kubelet
+/// restarts a static control plane) and says which.
+fn revive(plane: &ControlPlane) -> anyhow::Result<()> {
+    let revived = plane.revive()?;
+    if !revived.is_empty() {
+        println!(
+            "control-plane components that exited during the fault, started again: {revived:?}"
+        );
+    }
+    Ok(())
+}
+
 fn since(at: SystemTime, start: SystemTime) -> Duration {
     at.duration_since(start).unwrap_or_default()
 }
@@ -106,11 +118,15 @@ async fn api_server_restarted_mid_sync_loses_nothing() -> anyhow::Result<()> {
     // The restart is SIGTERM (the API server drains), then the same command line again; the
     // load doubles while it is down, so a sync is in flight or due at every moment of it.
     let stopped = SystemTime::now();
-    let restart = tokio::task::spawn_blocking(move || plane.restart(KUBE_APISERVER));
+    let restart = tokio::task::spawn_blocking(move || {
+        plane.restart(KUBE_APISERVER)?;
+        anyhow::Ok(plane)
+    });
     raise_load(&world, "fault-api");
-    restart.await??;
+    let plane = restart.await??;
     api_ready().await?;
     let ready = SystemTime::now();
+    revive(&plane)?;
     let scaled = raised(&world, &deployment).await?;
     ensure!(
         !world.operators[0].exited(),
@@ -118,7 +134,11 @@ async fn api_server_restarted_mid_sync_loses_nothing() -> anyhow::Result<()> {
         world.operator_logs()
     );
     never_below(&deployment, FLEET)?;
-    measured("API server restarted", "down (SIGTERM to /readyz ok)", since(ready, stopped));
+    measured(
+        "API server restarted",
+        "down (SIGTERM to /readyz ok)",
+        since(ready, stopped),
+    );
     measured(
         "API server restarted",
         "recovery (/readyz ok to the scale-up write)",
@@ -132,15 +152,18 @@ async fn api_server_restarted_mid_sync_loses_nothing() -> anyhow::Result<()> {
 async fn etcd_paused_20s_loses_nothing() -> anyhow::Result<()> {
     let (mut world, deployment) = steady("fault-etcd", &[]).await?;
     let plane = ControlPlane::from_env()?;
-    plane.pause(ETCD)?;
+    let frozen = plane.pause(ETCD)?;
     let paused = Instant::now();
     raise_load(&world, "fault-etcd");
     // The fault's length (20 s of a frozen etcd), not a wait for a condition.
     tokio::time::sleep(Duration::from_secs(20)).await;
     plane.resume(ETCD)?;
+    drop(frozen);
     let resumed = SystemTime::now();
     let held_for = paused.elapsed();
     let scaled = raised(&world, &deployment).await?;
+    api_ready().await?;
+    revive(&plane)?;
     ensure!(
         !world.operators[0].exited(),
         "the operator exited\n{}",
@@ -331,7 +354,9 @@ async fn operator_killed_mid_drain_resumes_it_without_losing_a_pod_early() -> an
     ensure!(
         lowered.seen_at + Duration::from_secs(1) >= budget_end,
         "lowered {:?} before the drain's budget ran out (the restart reset or advanced its clock)",
-        budget_end.duration_since(lowered.seen_at).unwrap_or_default()
+        budget_end
+            .duration_since(lowered.seen_at)
+            .unwrap_or_default()
     );
     // The two pods kept are the two that never left rotation.
     let left: BTreeSet<String> = pods
@@ -364,22 +389,25 @@ async fn operator_killed_mid_drain_resumes_it_without_losing_a_pod_early() -> an
 
 /// The caBundles of the validating and mutating configurations named `name`.
 fn ca_bundles(name: &str) -> anyhow::Result<Vec<String>> {
-    ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"]
-        .iter()
-        .map(|kind| {
-            run_command(
-                &kubectl_path(),
-                &[
-                    "get",
-                    kind,
-                    name,
-                    "-o",
-                    "jsonpath={.webhooks[*].clientConfig.caBundle}",
-                ],
-                None,
-            )
-        })
-        .collect()
+    [
+        "validatingwebhookconfiguration",
+        "mutatingwebhookconfiguration",
+    ]
+    .iter()
+    .map(|kind| {
+        run_command(
+            &kubectl_path(),
+            &[
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.webhooks[*].clientConfig.caBundle}",
+            ],
+            None,
+        )
+    })
+    .collect()
 }
 
 /// The chart out of cluster (webhook configurations calling the operator on loopback), the
@@ -492,7 +520,12 @@ async fn webhook_secret_deleted_during_helm_upgrade_fails_no_admission() -> anyh
     let upgraded = deleted.elapsed();
     let refilled = wait_for("the Secret holding a CA again", MINUTE, || async {
         Ok(
-            match secrets.get_opt(&secret_name).await?.as_ref().and_then(ca_of) {
+            match secrets
+                .get_opt(&secret_name)
+                .await?
+                .as_ref()
+                .and_then(ca_of)
+            {
                 Some(ca) => Check::Done(ca),
                 None => Check::NotYet("no CA in the Secret".into()),
             },
@@ -571,7 +604,11 @@ async fn clock_skew_of_30s_between_replicas_removes_nothing_early() -> anyhow::R
     world
         .start_operator(
             "skew-behind",
-            &[lease_args[0], lease_args[1], "--test-clock-offset-seconds=-30"],
+            &[
+                lease_args[0],
+                lease_args[1],
+                "--test-clock-offset-seconds=-30",
+            ],
         )
         .await?;
     leases
@@ -643,11 +680,16 @@ async fn clock_skew_of_30s_between_replicas_removes_nothing_early() -> anyhow::R
 
     // The other way: the leader 30 s ahead is SIGKILLed; a new process 30 s behind must wait
     // the whole Lease duration (on its own clock) before it takes over.
-    world.start_operator(
-        "skew-behind-2",
-        &[lease_args[0], lease_args[1], "--test-clock-offset-seconds=-30"],
-    )
-    .await?;
+    world
+        .start_operator(
+            "skew-behind-2",
+            &[
+                lease_args[0],
+                lease_args[1],
+                "--test-clock-offset-seconds=-30",
+            ],
+        )
+        .await?;
     let started = leases.versions().len();
     leases
         .wait_record("two renewals after the new follower started", MINUTE, |v| {
@@ -674,4 +716,250 @@ async fn clock_skew_of_30s_between_replicas_removes_nothing_early() -> anyhow::R
     );
     never_below(&deployment, 1)?;
     world.finish().await
+}
+
+// ---- the network between the operator pod and the API server cut for 30 s (real node) ---------
+
+/// The real node's pieces the network cut needs (as in `in_cluster.rs`).
+#[cfg(feature = "real-node")]
+mod real_node {
+    use anyhow::{Context, bail};
+
+    /// Values placing the operator pods on the real node.
+    pub const NODE_VALUES: &str = "nodeSelector:\n  llmscaler.dev/real-node: \"true\"\n\
+        tolerations:\n  - key: llmscaler.dev/real-node\n    operator: Exists\n    effect: NoSchedule\n";
+
+    /// The host process of a container (`containerd://<id>`): the process whose cgroup names
+    /// the id.
+    pub fn container_process(container_id: &str) -> anyhow::Result<u32> {
+        let id = container_id.rsplit("://").next().unwrap_or(container_id);
+        for entry in std::fs::read_dir("/proc")? {
+            let entry = entry?;
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            if cgroup.contains(id) && comm.trim() != "pause" {
+                return Ok(pid);
+            }
+        }
+        bail!("no process of container {id} on this machine")
+    }
+
+    /// Every packet from the network namespace of process `pid` to the API server's Service
+    /// address (`kubernetes.default`, 10.0.0.1:443) dropped while the guard lives.
+    pub struct Cut {
+        pid: String,
+        rule: Vec<&'static str>,
+    }
+
+    impl Cut {
+        pub fn start(pid: u32) -> anyhow::Result<Self> {
+            let cut = Self {
+                pid: pid.to_string(),
+                rule: vec![
+                    "OUTPUT",
+                    "-d",
+                    "10.0.0.1/32",
+                    "-p",
+                    "tcp",
+                    "--dport",
+                    "443",
+                    "-j",
+                    "DROP",
+                ],
+            };
+            cut.iptables("-I")
+                .context("adding the DROP rule in the pod's netns")?;
+            Ok(cut)
+        }
+
+        fn iptables(&self, op: &str) -> anyhow::Result<()> {
+            let mut args = vec!["-t", self.pid.as_str(), "-n", "iptables", "-w", op];
+            args.extend(self.rule.iter().copied());
+            llmscaler_e2e::operator::run_command("nsenter", &args, None).map(drop)
+        }
+    }
+
+    impl Drop for Cut {
+        fn drop(&mut self) {
+            let _ = self.iptables("-D");
+        }
+    }
+}
+
+/// The chart in-cluster on the real node (2 replicas, 15 s Lease); a scaler holds a kwok
+/// Deployment at 4; every packet from the leader pod to the API server is dropped for 30 s.
+/// The leader steps down before its Lease runs out, the other pod takes over and acts on a load
+/// change made during the cut; no replica is removed; when the network comes back the old
+/// leader follows (no second writer).
+#[cfg(feature = "real-node")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs e2e/cluster up --real-node"]
+async fn network_cut_30s_between_the_leader_pod_and_the_api_server() -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+    use llmscaler_e2e::exporter::Exporter;
+    use llmscaler_e2e::fixture::{
+        deployment_manifest, deployment_ref, install_crd, queue_scaler_spec,
+    };
+    use llmscaler_e2e::{TestNamespace, client, unique_name};
+
+    let client = client().await?;
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get("llmscaler-real-node")
+        .await
+        .context("the real node is missing: run e2e/cluster up --real-node")?;
+    let gateway: std::net::IpAddr = node
+        .status
+        .and_then(|s| s.addresses)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|a| a.type_ == "InternalIP")
+        .context("the real node has no InternalIP")?
+        .address
+        .parse()?;
+    install_crd()?;
+    let ns = TestNamespace::create(&client, "fault-netcut").await?;
+    let namespace = ns.name().to_owned();
+    let release = unique_name("nc");
+    let fullname = format!("{release}-llmscaler");
+    let dir = tempfile::tempdir()?;
+    let values = dir.path().join("node.yaml");
+    std::fs::write(&values, real_node::NODE_VALUES)?;
+    run_command(
+        &helm_path(),
+        &[
+            "install",
+            &release,
+            chart_dir().to_str().context("chart path")?,
+            "--namespace",
+            &namespace,
+            "-f",
+            values.to_str().context("values path")?,
+        ],
+        None,
+    )?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let selector = format!("app.kubernetes.io/instance={release}");
+    wait_for("2 operator pods Ready", 2 * MINUTE, || async {
+        let list = pods.list(&ListParams::default().labels(&selector)).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        Ok(if ready == 2 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{ready} Ready"))
+        })
+    })
+    .await?;
+
+    let exporter = Exporter::start().await?;
+    let prometheus = Prometheus::start_on(gateway, exporter.addr).await?;
+    exporter.set_gauge("llm_queue", &[("scaler=\"netcut\"", 0.5)]);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
+    deployments
+        .patch(
+            "vllm",
+            &PatchParams::apply("e2e-setup").force(),
+            &Patch::Apply(&deployment_manifest(&namespace, "vllm", Some(FLEET))),
+        )
+        .await?;
+    let deployment = Recorder::deployment(&client, &namespace, "vllm").await?;
+    deployment.wait_ready_replicas(FLEET, MINUTE).await?;
+    let scalers: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &namespace,
+        &llmscaler_e2e::fixture::scaler_resource(),
+    );
+    scalers
+        .patch(
+            "chat",
+            &PatchParams::apply("e2e-user").force(),
+            &Patch::Apply(json!({"apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+                "kind": "LLMScaler", "metadata": {"name": "chat", "namespace": namespace},
+                "spec": queue_scaler_spec(&prometheus.url(), deployment_ref("vllm"), "netcut", (1, 10), json!({}))})),
+        )
+        .await?;
+    let lease = Recorder::start(
+        &client,
+        &namespace,
+        &ApiResource::erase::<Lease>(&()),
+        &format!("{fullname}-leader"),
+    )
+    .await?;
+    let leader = lease
+        .wait_until("a Lease holder", MINUTE, holder_of)
+        .await?;
+    let leader_pod = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .find(|p| leader == p.name_any() || leader.starts_with(&format!("{}-", p.name_any())))
+        .with_context(|| format!("holder {leader} is none of the operator pods"))?;
+    let container = leader_pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.clone())
+        .context("no container id")?;
+    let pid = real_node::container_process(&container)?;
+
+    let cut = real_node::Cut::start(pid)?;
+    let cut_at = SystemTime::now();
+    exporter.set_gauge("llm_queue", &[("scaler=\"netcut\"", 1.0)]);
+    let taken = lease
+        .wait_until("another pod to take the Lease", MINUTE, |v| {
+            holder_of(v).filter(|h| *h != leader).map(|_| v.seen_at)
+        })
+        .await?;
+    let scaled = deployment.wait_spec_replicas(RAISED, MINUTE).await?;
+    // The rest of the 30 s cut, then the network back.
+    let left = Duration::from_secs(30).saturating_sub(since(SystemTime::now(), cut_at));
+    tokio::time::sleep(left).await;
+    drop(cut);
+    let restored = SystemTime::now();
+    // The old leader comes back as a follower: the load drops to 0.5 and one leader writes 8
+    // -> 4 (a second writer would show as another value or a contest).
+    exporter.set_gauge("llm_queue", &[("scaler=\"netcut\"", 0.5)]);
+    deployment.wait_spec_replicas(FLEET, 2 * MINUTE).await?;
+    let walk = deployment.replica_walk()?;
+    ensure!(walk == vec![FLEET, RAISED, FLEET], "walk {walk:?}");
+    never_below(&deployment, FLEET)?;
+    measured(
+        "network cut 30 s (leader pod)",
+        "new leader (cut to its Lease write)",
+        since(taken, cut_at),
+    );
+    measured(
+        "network cut 30 s (leader pod)",
+        "recovery (cut to the scale-up write)",
+        since(scaled.seen_at, cut_at),
+    );
+    measured(
+        "network cut 30 s (leader pod)",
+        "network back to the scale-down write",
+        since(SystemTime::now(), restored),
+    );
+    run_command(
+        &helm_path(),
+        &["uninstall", &release, "--namespace", &namespace],
+        None,
+    )?;
+    ns.delete().await
 }

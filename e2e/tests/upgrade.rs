@@ -14,7 +14,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, ensure};
@@ -23,8 +23,7 @@ use kube::api::ApiResource;
 use llmscaler_e2e::exporter::Exporter;
 use llmscaler_e2e::faults::{measured, never_below};
 use llmscaler_e2e::fixture::{
-    apply_crd, deployment_manifest, deployment_ref, install_crd, queue_scaler_spec,
-    reconcile_count,
+    apply_crd, deployment_manifest, deployment_ref, install_crd, queue_scaler_spec, reconcile_count,
 };
 use llmscaler_e2e::operator::{Operator, Rbac, binary, chart_dir, run_command};
 use llmscaler_e2e::prometheus::Prometheus;
@@ -44,7 +43,10 @@ fn from_env(name: &str) -> anyhow::Result<PathBuf> {
 
 /// The versions a CRD manifest serves, and the one it stores.
 fn versions(crd: &Value) -> (Vec<String>, Option<String>) {
-    let list = crd["spec"]["versions"].as_array().cloned().unwrap_or_default();
+    let list = crd["spec"]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let served = list
         .iter()
         .filter(|v| v["served"] == true)
@@ -84,16 +86,25 @@ fn webhook_flags(name: &str, port: u16) -> Vec<String> {
 }
 
 fn ca_bundles(name: &str) -> anyhow::Result<Vec<String>> {
-    ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"]
-        .iter()
-        .map(|kind| {
-            run_command(
-                &kubectl_path(),
-                &["get", kind, name, "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}"],
-                None,
-            )
-        })
-        .collect()
+    [
+        "validatingwebhookconfiguration",
+        "mutatingwebhookconfiguration",
+    ]
+    .iter()
+    .map(|kind| {
+        run_command(
+            &kubectl_path(),
+            &[
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.webhooks[*].clientConfig.caBundle}",
+            ],
+            None,
+        )
+    })
+    .collect()
 }
 
 async fn syncs(operator: &Operator, n: u64) -> anyhow::Result<()> {
@@ -131,8 +142,8 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
     let rbac = Rbac::helm_install_chart(&old_chart, &release, &namespace, old_port)?;
     let old_flags = webhook_flags(&name, old_port);
     let old_flags: Vec<&str> = old_flags.iter().map(String::as_str).collect();
-    let mut old = Operator::start_binary(&old_bin, &rbac.kubeconfig, &namespace, "old", &old_flags)
-        .await?;
+    let mut old =
+        Operator::start_binary(&old_bin, &rbac.kubeconfig, &namespace, "old", &old_flags).await?;
     let injected = wait_for("caBundle injected", MINUTE, || async {
         let bundles = ca_bundles(&name)?;
         Ok(if bundles.iter().all(|b| !b.is_empty()) {
@@ -147,7 +158,10 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
     let exporter = Exporter::start().await?;
     exporter.set_gauge("llm_queue", &[("scaler=\"upgrade\"", 0.5)]);
     let prometheus = Prometheus::start(exporter.addr).await?;
-    apply_as("e2e-setup", &deployment_manifest(&namespace, "vllm", Some(4)))?;
+    apply_as(
+        "e2e-setup",
+        &deployment_manifest(&namespace, "vllm", Some(4)),
+    )?;
     let deployment = Recorder::deployment(&client, &namespace, "vllm").await?;
     deployment.wait_ready_replicas(4, MINUTE).await?;
     let scaler = json!({"apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
@@ -169,8 +183,9 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
 
     // The applier: one LLMScaler written every second, through both webhooks.
     let stop = Arc::new(AtomicBool::new(false));
+    let applied = Arc::new(AtomicU32::new(0));
     let applier = {
-        let (stop, namespace) = (stop.clone(), namespace.clone());
+        let (stop, namespace, count) = (stop.clone(), namespace.clone(), applied.clone());
         tokio::task::spawn_blocking(move || {
             let (mut ok, mut failed) = (0u32, Vec::new());
             let mut i = 0u32;
@@ -182,15 +197,36 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
                              "serverAddress": "http://127.0.0.1:9090", "minReplicas": 1,
                              "maxReplicas": 2 + i % 3,
                              "metrics": [{"query": "avg(q)", "target": "1"}]}});
-                match run_command(&kubectl_path(), &["apply", "-f", "-"], Some(&applied.to_string())) {
+                match run_command(
+                    &kubectl_path(),
+                    &["apply", "-f", "-"],
+                    Some(&applied.to_string()),
+                ) {
                     Ok(_) => ok += 1,
                     Err(err) => failed.push(err.to_string()),
                 }
+                count.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_secs(1));
             }
             (ok, failed)
         })
     };
+    let applies = |n: u32| {
+        let applied = applied.clone();
+        async move {
+            let target = applied.load(Ordering::Relaxed) + n;
+            wait_for(&format!("{n} more applies"), MINUTE, || async {
+                let done = applied.load(Ordering::Relaxed);
+                Ok(if done >= target {
+                    Check::Done(())
+                } else {
+                    Check::NotYet(format!("{done} applies"))
+                })
+            })
+            .await
+        }
+    };
+    applies(3).await?;
 
     // The upgrade (docs/upgrade.md): the CRD first, the new operator beside the old one, the
     // chart, then the old operator stopped.
@@ -199,8 +235,8 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
     let new_port = llmscaler_e2e::free_port()?;
     let new_flags = webhook_flags(&name, new_port);
     let new_flags: Vec<&str> = new_flags.iter().map(String::as_str).collect();
-    let new = Operator::start_binary(&binary(), &rbac.kubeconfig, &namespace, "new", &new_flags)
-        .await?;
+    let new =
+        Operator::start_binary(&binary(), &rbac.kubeconfig, &namespace, "new", &new_flags).await?;
     let chart = chart_dir();
     let selector = format!(
         "webhook.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name={namespace}"
@@ -225,7 +261,10 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
         None,
     )?;
     let stopped = SystemTime::now();
-    ensure!(old.terminate(MINUTE).await?, "the old operator did not exit 0");
+    ensure!(
+        old.terminate(MINUTE).await?,
+        "the old operator did not exit 0"
+    );
     let handed = lease
         .wait_until("the new operator to hold the Lease", MINUTE, |v| {
             (holder_of(v)?.as_str() == "new").then(|| v.seen_at)
@@ -233,14 +272,24 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
         .await?;
     syncs(&new, 3).await?;
     let upgraded = SystemTime::now();
+    applies(3).await?;
     stop.store(true, Ordering::Relaxed);
     let (ok, failed) = applier.await?;
 
-    println!("upgrade from {from}: {ok} applies ok, {} failed", failed.len());
-    ensure!(failed.is_empty(), "admission failed during the upgrade: {failed:?}");
-    ensure!(ok >= 3, "only {ok} applies");
+    println!(
+        "upgrade from {from}: {ok} applies ok, {} failed",
+        failed.len()
+    );
+    ensure!(
+        failed.is_empty(),
+        "admission failed during the upgrade: {failed:?}"
+    );
+    ensure!(ok >= 6, "only {ok} applies");
     let walk = deployment.replica_walk()?;
-    ensure!(walk == vec![4], "spec.replicas changed during the upgrade: {walk:?}");
+    ensure!(
+        walk == vec![4],
+        "spec.replicas changed during the upgrade: {walk:?}"
+    );
     ensure!(ca_bundles(&name)? == injected, "the caBundle changed");
 
     // The CRD: every version the old one served is still served, the stored version is one the
@@ -275,9 +324,21 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
     let scaled = deployment.wait_spec_replicas(8, MINUTE).await?;
     never_below(&deployment, 4)?;
     let secs = |a: SystemTime, b: SystemTime| a.duration_since(b).unwrap_or_default();
-    measured("upgrade", "whole upgrade (CRD to 3 syncs of the new leader)", secs(upgraded, started));
-    measured("upgrade", "Lease handover (SIGTERM of the old operator)", secs(handed, stopped));
-    measured("upgrade", "first scale-up write by the new leader", secs(scaled.seen_at, upgraded));
+    measured(
+        "upgrade",
+        "whole upgrade (CRD to 3 syncs of the new leader)",
+        secs(upgraded, started),
+    );
+    measured(
+        "upgrade",
+        "Lease handover (SIGTERM of the old operator)",
+        secs(handed, stopped),
+    );
+    measured(
+        "upgrade",
+        "first scale-up write by the new leader",
+        secs(scaled.seen_at, upgraded),
+    );
 
     drop(new);
     llmscaler_e2e::drop_scaler_finalizers(&client, &namespace).await;

@@ -450,12 +450,10 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Contr
     {
         ctx.telemetry.evaluation_lag.observe(lag);
     }
-    let step = state
-        .scaler
-        .get_or_insert_with(|| {
-            Scaler::new(&spec, scaler.status.as_ref())
-                .status_written_behind_by(ctx.previous_leader_behind_ms)
-        });
+    let step = state.scaler.get_or_insert_with(|| {
+        Scaler::new(&spec, scaler.status.as_ref())
+            .status_written_behind_by(ctx.previous_leader_behind_ms)
+    });
     step.respec(&spec);
     let custom = match spec.effective_provider() {
         llmscaler_api::MetricProvider::Custom => true,

@@ -282,7 +282,11 @@ fn a_history_written_on_a_slower_clock_is_moved_later_by_the_estimated_skew() {
         }
         first_lower
     };
-    assert_eq!(run(0), Some(25), "without the estimate the window ends 15 s early");
+    assert_eq!(
+        run(0),
+        Some(25),
+        "without the estimate the window ends 15 s early"
+    );
     assert_eq!(run(30_000), Some(55));
     // A writer whose clock ran ahead changes nothing (its times already lie later).
     assert_eq!(run(-30_000), run(0));

@@ -149,7 +149,10 @@ impl Prometheus {
         self.starts += 1;
         let config = self.dir.path().join("prometheus.yml");
         let data = self.dir.path().join(format!("data-{}", self.starts));
-        let log = self.dir.path().join(format!("prometheus-{}.log", self.starts));
+        let log = self
+            .dir
+            .path()
+            .join(format!("prometheus-{}.log", self.starts));
         let log_file = std::fs::File::create(&log)?;
         let bin = binary()?;
         // The old process has just released the port; a TIME_WAIT socket does not stop a new
