@@ -120,7 +120,39 @@ pub async fn sync_secret(
     cfg: &CertConfig,
     now: OffsetDateTime,
 ) -> Result<CertState, Error> {
-    sync_secret_from(client, cfg, now, None).await
+    sync_secret_from(client, cfg, now, None)
+        .await
+        .map(|held| held.state)
+}
+
+/// What a process holds of its certificate Secret after a successful round: the state it
+/// serves with, and the Secret's labels and annotations (the chart's Helm ownership, which a
+/// Secret written again must carry, or the next `helm upgrade` fails on it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldSecret {
+    /// The CA and serving certificate.
+    pub state: CertState,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+impl HeldSecret {
+    fn of(state: CertState, meta: &ObjectMeta) -> Self {
+        Self {
+            state,
+            labels: meta.labels.clone(),
+            annotations: meta.annotations.clone(),
+        }
+    }
+
+    /// The metadata a Secret written again starts from (no `resourceVersion`: it is created).
+    fn metadata(&self) -> ObjectMeta {
+        ObjectMeta {
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            ..ObjectMeta::default()
+        }
+    }
 }
 
 /// What an absent Secret is filled with: the state this process `held` (renewed first when
@@ -138,9 +170,11 @@ fn refill(
 
 /// [`sync_secret`] for a process that already serves with `held` (the state of its last
 /// successful round): a Secret deleted behind the operator's back (by hand, by a `helm upgrade`
-/// or a GitOps prune) is written again **with the CA this process holds**, so the `caBundle`
-/// the API server trusts and the certificate every replica serves stay valid and no admission
-/// fails (`docs/security.md#certificates`). Only a process that holds nothing creates a new CA.
+/// or a GitOps prune) is written again **with the CA this process holds** and the labels and
+/// annotations it last carried (Helm's ownership), so the `caBundle` the API server trusts and
+/// the certificate every replica serves stay valid, no admission fails, and the next `helm
+/// upgrade` still owns the Secret (`docs/security.md#availability`). Only a process that holds
+/// nothing creates a new CA.
 ///
 /// # Errors
 /// As [`sync_secret`].
@@ -148,8 +182,8 @@ pub async fn sync_secret_from(
     client: &Client,
     cfg: &CertConfig,
     now: OffsetDateTime,
-    held: Option<&CertState>,
-) -> Result<CertState, Error> {
+    held: Option<&HeldSecret>,
+) -> Result<HeldSecret, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let params = PostParams {
         dry_run: false,
@@ -162,18 +196,19 @@ pub async fn sync_secret_from(
             cfg.namespace
         )))?;
         let Some(current) = current else {
-            let state = refill(cfg, held, now)?;
+            let state = refill(cfg, held.map(|h| &h.state), now)?;
+            let meta = held.map(HeldSecret::metadata);
             match secrets
-                .create(&params, &secret_for(cfg, &state, None))
+                .create(&params, &secret_for(cfg, &state, meta.as_ref()))
                 .await
             {
-                Ok(_) => {
+                Ok(created) => {
                     if held.is_some() {
                         tracing::warn!(secret = %name, "the webhook Secret was missing; written again from the CA held in memory");
                     } else {
                         tracing::info!(secret = %name, "created the webhook CA and serving certificate");
                     }
-                    return Ok(state);
+                    return Ok(HeldSecret::of(state, &created.metadata));
                 }
                 Err(err) if is_status(&err, kube::core::Status::is_already_exists) => continue,
                 Err(err) => {
@@ -187,17 +222,20 @@ pub async fn sync_secret_from(
         let (wanted, why) = match CertState::from_secret(&current) {
             // Emptied or re-created empty (a `helm upgrade` after the Secret was deleted puts
             // the chart's empty Secret back): refilled like an absent one.
-            None => (refill(cfg, held, now)?, "Secret was incomplete"),
+            None => (
+                refill(cfg, held.map(|h| &h.state), now)?,
+                "Secret was incomplete",
+            ),
             Some(state) => match pki::renew(&state, cfg, now)? {
-                None => return Ok(state),
+                None => return Ok(HeldSecret::of(state, &current.metadata)),
                 Some(renewed) => (renewed, "rotation due"),
             },
         };
         let secret = secret_for(cfg, &wanted, Some(&current.metadata));
         match secrets.replace(name, &params, &secret).await {
-            Ok(_) => {
+            Ok(replaced) => {
                 tracing::info!(secret = %name, reason = why, "updated the webhook certificates");
-                return Ok(wanted);
+                return Ok(HeldSecret::of(wanted, &replaced.metadata));
             }
             Err(err)
                 if is_status(&err, kube::core::Status::is_conflict)
@@ -337,14 +375,14 @@ where
     F: Fn(&ServingPems) + Send + Sync,
 {
     let mut last: Option<ServingPems> = None;
-    let mut held: Option<CertState> = None;
+    let mut held: Option<HeldSecret> = None;
     let mut ticker = tokio::time::interval(cfg.check_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         match sync_secret_from(&client, &cfg, OffsetDateTime::now_utc(), held.as_ref()).await {
             Ok(state) => {
-                let pems = state.serving_pems();
+                let pems = state.state.serving_pems();
                 held = Some(state);
                 if last.as_ref() != Some(&pems) {
                     on_change(&pems);

@@ -33,6 +33,15 @@ use llmscaler_e2e::{Check, TestNamespace, client, helm_path, kubectl_path, uniqu
 use serde_json::{Value, json};
 
 const MINUTE: Duration = Duration::from_secs(60);
+
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 const CRD: &str = "llmscalers.autoscaling.modelsphere.dev";
 
 fn from_env(name: &str) -> anyhow::Result<PathBuf> {
@@ -183,6 +192,8 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
 
     // The applier: one LLMScaler written every second, through both webhooks.
     let stop = Arc::new(AtomicBool::new(false));
+    // Stops the applier however the test ends (a blocking task would hold the runtime open).
+    let _stop_on_drop = StopOnDrop(stop.clone());
     let applied = Arc::new(AtomicU32::new(0));
     let applier = {
         let (stop, namespace, count) = (stop.clone(), namespace.clone(), applied.clone());
@@ -267,7 +278,7 @@ async fn helm_upgrade_from_the_last_release_fails_no_admission_and_moves_no_repl
     );
     let handed = lease
         .wait_until("the new operator to hold the Lease", MINUTE, |v| {
-            (holder_of(v)?.as_str() == "new").then(|| v.seen_at)
+            (holder_of(v)?.as_str() == "new").then_some(v.seen_at)
         })
         .await?;
     syncs(&new, 3).await?;
