@@ -16,7 +16,14 @@
 //!   missing or non-positive `leaseDurationSeconds` counts with this process's duration.
 //! - On [`Election::release`] (SIGTERM) the holder clears `holderIdentity` at once, before the
 //!   process finishes its in-flight work, so a follower leads within about a second.
+//! - A follower estimates how far its clock runs ahead of the holder's from each renewal it
+//!   sees (its own time when it sees the change, minus the `renewTime` the holder wrote:
+//!   [`clock_ahead_ms`]). A new leader moves the times a previous leader wrote in status
+//!   (stabilization history, drain start) later by that much, so a window measured on a slower
+//!   clock never ends early on this one (docs/guards.md#restart-safe-history).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -27,6 +34,8 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::engine::clock::Clock;
 
 /// What one candidate knows of the Lease, and what it does next (pure, see [`next`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,9 +86,37 @@ pub(crate) fn next(
     }
 }
 
-/// The spec this process writes when it takes or renews the Lease.
-fn held_spec(previous: Option<&LeaseSpec>, me: &str, duration: Duration, renew: bool) -> LeaseSpec {
-    let now = MicroTime(Timestamp::now());
+/// The largest clock difference [`Election::clock_ahead_ms`] reports, milliseconds: 10
+/// minutes. A `renewTime` further off is a forged or broken record, not a skew to correct for
+/// (a restored window would otherwise be held for hours).
+pub(crate) const MAX_CLOCK_AHEAD_MS: i64 = 600_000;
+
+/// How many milliseconds this process's clock reads ahead of the clock of the Lease's holder,
+/// from a record written by another holder and seen (as a change) at `now` on this clock:
+/// `now - renewTime`. The delay between the write and the sighting only adds to it, so the
+/// estimate errs toward "ahead", the side on which restored windows last longer. `None` for a
+/// record of this process, without a holder or without `renewTime`.
+pub(crate) fn clock_ahead_ms(spec: &LeaseSpec, me: &str, now: Timestamp) -> Option<i64> {
+    let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
+    if holder == me {
+        return None;
+    }
+    let renewed = spec.renew_time.as_ref()?.0;
+    Some(
+        now.as_millisecond()
+            .saturating_sub(renewed.as_millisecond()),
+    )
+}
+
+/// The spec this process writes at `now` (its clock) when it takes or renews the Lease.
+fn held_spec(
+    previous: Option<&LeaseSpec>,
+    me: &str,
+    duration: Duration,
+    renew: bool,
+    now: Timestamp,
+) -> LeaseSpec {
+    let now = MicroTime(now);
     let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
     LeaseSpec {
         holder_identity: Some(me.to_owned()),
@@ -103,20 +140,24 @@ fn held_spec(previous: Option<&LeaseSpec>, me: &str, duration: Duration, renew: 
 pub(crate) struct Election {
     /// `true` while this process holds the Lease (and has renewed it in time).
     pub(crate) leading: watch::Receiver<bool>,
+    /// The latest [`clock_ahead_ms`] seen from another holder's record, milliseconds (0 until
+    /// one is seen).
+    pub(crate) clock_ahead_ms: Arc<AtomicI64>,
     release: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Election {
     /// Starts campaigning for Lease `name` in `namespace` as `identity`, with terms of
-    /// `duration` (renewed every third of it).
+    /// `duration` (renewed every third of it), writing times read from `clock`.
     pub(crate) fn start(
         client: kube::Client,
-        namespace: &str,
-        name: &str,
+        (namespace, name): (&str, &str),
         identity: &str,
         duration: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Self {
+        let clock_ahead = Arc::new(AtomicI64::new(0));
         let (leading_tx, leading) = watch::channel(false);
         let (release, release_rx) = watch::channel(false);
         let candidate = Candidate {
@@ -124,10 +165,13 @@ impl Election {
             name: name.to_owned(),
             me: identity.to_owned(),
             duration,
+            clock,
+            clock_ahead: clock_ahead.clone(),
         };
         let task = tokio::spawn(candidate.campaign(leading_tx, release_rx));
         Self {
             leading,
+            clock_ahead_ms: clock_ahead,
             release,
             task,
         }
@@ -150,6 +194,8 @@ struct Candidate {
     name: String,
     me: String,
     duration: Duration,
+    clock: Arc<dyn Clock>,
+    clock_ahead: Arc<AtomicI64>,
 }
 
 impl Candidate {
@@ -222,14 +268,24 @@ impl Candidate {
         let version = lease
             .as_ref()
             .and_then(|l| l.metadata.resource_version.clone());
+        let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
+        // Only a write seen while watching says something about the holder's clock; the first
+        // read may find a record written long ago (a dead holder).
+        let live = seen.is_some();
         let seen_change = match seen {
             Some((v, at)) if *v == version => *at,
             _ => {
                 *seen = Some((version.clone(), now));
+                if let Some(ahead) = spec
+                    .filter(|_| live)
+                    .and_then(|s| clock_ahead_ms(s, &self.me, self.clock.now()))
+                {
+                    self.clock_ahead
+                        .store(ahead.min(MAX_CLOCK_AHEAD_MS), Ordering::Relaxed);
+                }
                 now
             }
         };
-        let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
         let step = next(spec, &self.me, seen_change, now, self.duration);
         let written = match step {
             Step::Follow { .. } => return Ok(false),
@@ -239,7 +295,13 @@ impl Candidate {
                         name: Some(self.name.clone()),
                         ..ObjectMeta::default()
                     },
-                    spec: Some(held_spec(None, &self.me, self.duration, false)),
+                    spec: Some(held_spec(
+                        None,
+                        &self.me,
+                        self.duration,
+                        false,
+                        self.clock.now(),
+                    )),
                 };
                 self.api.create(&PostParams::default(), &lease).await
             }
@@ -250,6 +312,7 @@ impl Candidate {
                     &self.me,
                     self.duration,
                     step == Step::Renew,
+                    self.clock.now(),
                 ));
                 self.api
                     .replace(&self.name, &PostParams::default(), &lease)
@@ -286,7 +349,7 @@ impl Candidate {
         }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        spec.renew_time = Some(MicroTime(self.clock.now()));
         match self
             .api
             .replace(&self.name, &PostParams::default(), &lease)
@@ -372,13 +435,54 @@ mod tests {
             acquire_time: Some(MicroTime(Timestamp::UNIX_EPOCH)),
             ..LeaseSpec::default()
         };
-        let taken = held_spec(Some(&previous), "a", Duration::from_secs(15), false);
+        let taken = held_spec(
+            Some(&previous),
+            "a",
+            Duration::from_secs(15),
+            false,
+            Timestamp::now(),
+        );
         assert_eq!(taken.holder_identity.as_deref(), Some("a"));
         assert_eq!(taken.lease_transitions, Some(4));
         assert_eq!(taken.lease_duration_seconds, Some(15));
         assert_ne!(taken.acquire_time, previous.acquire_time);
-        let renewed = held_spec(Some(&taken), "a", Duration::from_secs(15), true);
+        let renewed = held_spec(
+            Some(&taken),
+            "a",
+            Duration::from_secs(15),
+            true,
+            Timestamp::now(),
+        );
         assert_eq!(renewed.lease_transitions, Some(4));
         assert_eq!(renewed.acquire_time, taken.acquire_time);
+    }
+
+    #[test]
+    fn the_clock_ahead_of_the_holder_is_read_from_its_renew_time() {
+        let renewed = Timestamp::from_second(1_000_000).expect("time");
+        let spec = LeaseSpec {
+            holder_identity: Some("old".into()),
+            renew_time: Some(MicroTime(renewed)),
+            ..LeaseSpec::default()
+        };
+        // The holder's clock runs 30 s behind this one: its renewal, seen 20 ms after it was
+        // written, looks 30.02 s old here.
+        let seen = Timestamp::from_millisecond(1_000_030_020).expect("time");
+        assert_eq!(clock_ahead_ms(&spec, "new", seen), Some(30_020));
+        // Ahead of this one: negative.
+        let seen = Timestamp::from_millisecond(999_970_000).expect("time");
+        assert_eq!(clock_ahead_ms(&spec, "new", seen), Some(-30_000));
+        // Its own record, no holder, no renewTime: nothing to learn.
+        assert_eq!(clock_ahead_ms(&spec, "old", seen), None);
+        let released = LeaseSpec {
+            holder_identity: None,
+            ..spec.clone()
+        };
+        assert_eq!(clock_ahead_ms(&released, "new", seen), None);
+        let no_time = LeaseSpec {
+            renew_time: None,
+            ..spec
+        };
+        assert_eq!(clock_ahead_ms(&no_time, "new", seen), None);
     }
 }

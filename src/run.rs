@@ -13,6 +13,7 @@ use llmscaler_api::names::LEASE_NAME;
 
 use crate::controller::leadership::Leadership;
 use crate::controller::{self, Context};
+use crate::engine::clock::{Clock, OffsetClock};
 use crate::lease::Election;
 use crate::metrics::MetricsClient;
 use crate::process::Shutdown;
@@ -54,6 +55,11 @@ pub struct RunArgs {
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Test only: this process's clock runs this many seconds ahead of the wall clock (negative:
+    /// behind), for the Lease's times and every sync, as on a node with a drifting clock
+    /// (`e2e/tests/faults.rs`). Hidden from `--help`.
+    #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
+    pub test_clock_offset_seconds: i64,
     /// The operator-wide policy (`docs/security.md`), enforced by admission and the controller.
     #[command(flatten)]
     pub policy: llmscaler_webhooks::cli::PolicyArgs,
@@ -153,6 +159,9 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         policy,
         telemetry,
         identity,
+        clock: Arc::new(OffsetClock {
+            offset_ms: args.test_clock_offset_seconds.saturating_mul(1000),
+        }),
         watch_namespaces: args.watch_namespace.clone(),
         max_concurrent_syncs: args.max_concurrent_syncs,
     };
@@ -242,6 +251,8 @@ struct Operator {
     policy: llmscaler_api::OperatorPolicy,
     telemetry: Arc<Metrics>,
     identity: String,
+    /// This process's clock (the wall clock unless `--test-clock-offset-seconds`).
+    clock: Arc<dyn Clock>,
     /// Empty: every namespace.
     watch_namespaces: Vec<String>,
     /// Bound of concurrent syncs per controller.
@@ -263,6 +274,7 @@ impl Operator {
     fn spawn_controller(
         &self,
         leadership: Leadership,
+        previous_leader_behind_ms: i64,
     ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
         let (stop_tx, stop_rx) = watch::channel(false);
         let scopes: Vec<Option<String>> = if self.watch_namespaces.is_empty() {
@@ -279,6 +291,8 @@ impl Operator {
                 leadership.clone(),
             );
             ctx.max_concurrent_syncs = self.max_concurrent_syncs;
+            ctx.clock = self.clock.clone();
+            ctx.previous_leader_behind_ms = previous_leader_behind_ms;
             ctx.policy = self.policy.clone();
             let ctx = Arc::new(ctx);
             let mut stop = stop_rx.clone();
@@ -296,7 +310,7 @@ impl Operator {
     /// Without leader election: one controller until shutdown.
     async fn run_single(&self, shutdown: &Shutdown) -> Result<(), RunError> {
         self.telemetry.set_leader(true);
-        let (stop, mut task) = self.spawn_controller(Leadership::always());
+        let (stop, mut task) = self.spawn_controller(Leadership::always(), 0);
         let end = tokio::select! {
             () = shutdown.requested() => TermEnd::Shutdown,
             joined = &mut task => TermEnd::ControllerDied(died(joined)),
@@ -312,12 +326,13 @@ impl Operator {
         let duration = Duration::from_secs(args.lease_duration_seconds.max(3));
         let election = Election::start(
             self.client.clone(),
-            &args.namespace,
-            &args.lease_name,
+            (&args.namespace, &args.lease_name),
             &self.identity,
             duration,
+            self.clock.clone(),
         );
         let mut leader = election.leading.clone();
+        let clock_ahead = election.clock_ahead_ms.clone();
         let mut release = Some(election);
         let result = loop {
             // Follower: wait for the lock or the signal.
@@ -330,7 +345,14 @@ impl Operator {
             tracing::info!(identity = %self.identity, "acquired the lease: controller starts");
             let leadership = Leadership::term(leader.clone());
             self.telemetry.set_leader(true);
-            let (stop, mut task) = self.spawn_controller(leadership.clone());
+            let behind_ms = clock_ahead.load(std::sync::atomic::Ordering::Relaxed);
+            if behind_ms > 1_000 {
+                tracing::warn!(
+                    behind_ms,
+                    "the previous leader's clock ran behind this one (from the Lease): times it wrote in status are moved later"
+                );
+            }
+            let (stop, mut task) = self.spawn_controller(leadership.clone(), behind_ms);
             let end = tokio::select! {
                 changed = leader.wait_for(|is_leader| !*is_leader) => {
                     if changed.is_err() { TermEnd::LeaseTaskEnded } else { TermEnd::LostLease }

@@ -53,7 +53,7 @@ pub mod store;
 use std::time::Duration;
 
 pub use pki::{CertState, ServingPems};
-pub use store::{ensure, inject_ca_bundle, maintain, sync_secret};
+pub use store::{HeldSecret, ensure, inject_ca_bundle, maintain, sync_secret, sync_secret_from};
 
 /// Field manager of the server-side apply that writes `caBundle` into the webhook
 /// configurations.

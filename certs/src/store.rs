@@ -106,7 +106,8 @@ fn is_status(err: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool 
 /// - absent: a fresh state is created with `POST`; when another replica created it first
 ///   (409 AlreadyExists) the winner's Secret is read and used, so replicas starting together
 ///   end up with one CA;
-/// - present but incomplete or unreadable: replaced by a fresh state;
+/// - present but incomplete or unreadable: replaced by a fresh state (by the held one in
+///   [`sync_secret_from`]);
 /// - present: [`pki::renew`] decides; a change is written with `PUT` carrying the
 ///   `resourceVersion` read, so a concurrent writer makes it fail (409 Conflict) and the loop
 ///   starts again from a fresh read.
@@ -119,6 +120,70 @@ pub async fn sync_secret(
     cfg: &CertConfig,
     now: OffsetDateTime,
 ) -> Result<CertState, Error> {
+    sync_secret_from(client, cfg, now, None)
+        .await
+        .map(|held| held.state)
+}
+
+/// What a process holds of its certificate Secret after a successful round: the state it
+/// serves with, and the Secret's labels and annotations (the chart's Helm ownership, which a
+/// Secret written again must carry, or the next `helm upgrade` fails on it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldSecret {
+    /// The CA and serving certificate.
+    pub state: CertState,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+impl HeldSecret {
+    fn of(state: CertState, meta: &ObjectMeta) -> Self {
+        Self {
+            state,
+            labels: meta.labels.clone(),
+            annotations: meta.annotations.clone(),
+        }
+    }
+
+    /// The metadata a Secret written again starts from (no `resourceVersion`: it is created).
+    fn metadata(&self) -> ObjectMeta {
+        ObjectMeta {
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// What an absent Secret is filled with: the state this process `held` (renewed first when
+/// [`pki::renew`] says so) or, with nothing held, a fresh CA and serving certificate.
+fn refill(
+    cfg: &CertConfig,
+    held: Option<&CertState>,
+    now: OffsetDateTime,
+) -> Result<CertState, Error> {
+    match held {
+        Some(state) => Ok(pki::renew(state, cfg, now)?.unwrap_or_else(|| state.clone())),
+        None => pki::new_state(cfg, now),
+    }
+}
+
+/// [`sync_secret`] for a process that already serves with `held` (the state of its last
+/// successful round): a Secret deleted behind the operator's back (by hand, by a `helm upgrade`
+/// or a GitOps prune) is written again **with the CA this process holds** and the labels and
+/// annotations it last carried (Helm's ownership), so the `caBundle` the API server trusts and
+/// the certificate every replica serves stay valid, no admission fails, and the next `helm
+/// upgrade` still owns the Secret (`docs/security.md#availability`). Only a process that holds
+/// nothing creates a new CA.
+///
+/// # Errors
+/// As [`sync_secret`].
+pub async fn sync_secret_from(
+    client: &Client,
+    cfg: &CertConfig,
+    now: OffsetDateTime,
+    held: Option<&HeldSecret>,
+) -> Result<HeldSecret, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let params = PostParams {
         dry_run: false,
@@ -131,14 +196,19 @@ pub async fn sync_secret(
             cfg.namespace
         )))?;
         let Some(current) = current else {
-            let state = pki::new_state(cfg, now)?;
+            let state = refill(cfg, held.map(|h| &h.state), now)?;
+            let meta = held.map(HeldSecret::metadata);
             match secrets
-                .create(&params, &secret_for(cfg, &state, None))
+                .create(&params, &secret_for(cfg, &state, meta.as_ref()))
                 .await
             {
-                Ok(_) => {
-                    tracing::info!(secret = %name, "created the webhook CA and serving certificate");
-                    return Ok(state);
+                Ok(created) => {
+                    if held.is_some() {
+                        tracing::warn!(secret = %name, "the webhook Secret was missing; written again from the CA held in memory");
+                    } else {
+                        tracing::info!(secret = %name, "created the webhook CA and serving certificate");
+                    }
+                    return Ok(HeldSecret::of(state, &created.metadata));
                 }
                 Err(err) if is_status(&err, kube::core::Status::is_already_exists) => continue,
                 Err(err) => {
@@ -150,17 +220,22 @@ pub async fn sync_secret(
             }
         };
         let (wanted, why) = match CertState::from_secret(&current) {
-            None => (pki::new_state(cfg, now)?, "Secret was incomplete"),
+            // Emptied or re-created empty (a `helm upgrade` after the Secret was deleted puts
+            // the chart's empty Secret back): refilled like an absent one.
+            None => (
+                refill(cfg, held.map(|h| &h.state), now)?,
+                "Secret was incomplete",
+            ),
             Some(state) => match pki::renew(&state, cfg, now)? {
-                None => return Ok(state),
+                None => return Ok(HeldSecret::of(state, &current.metadata)),
                 Some(renewed) => (renewed, "rotation due"),
             },
         };
         let secret = secret_for(cfg, &wanted, Some(&current.metadata));
         match secrets.replace(name, &params, &secret).await {
-            Ok(_) => {
+            Ok(replaced) => {
                 tracing::info!(secret = %name, reason = why, "updated the webhook certificates");
-                return Ok(wanted);
+                return Ok(HeldSecret::of(wanted, &replaced.metadata));
             }
             Err(err)
                 if is_status(&err, kube::core::Status::is_conflict)
@@ -292,20 +367,23 @@ pub async fn ensure(client: &Client, cfg: &CertConfig) -> Result<ServingPems, Er
 ///
 /// Errors are logged and retried at the next round; the loop never returns on its own: drop or
 /// abort the future to stop it. Every replica may run it: the Secret writes are race-safe, and
-/// every replica follows the Secret (a deleted Secret is recreated with a new CA and
-/// re-injected within one interval).
+/// every replica follows the Secret. A deleted Secret is written again within one interval from
+/// the CA the replicas hold in memory ([`sync_secret_from`]): the `caBundle` stays the same
+/// and no admission fails.
 pub async fn maintain<F>(client: Client, cfg: CertConfig, on_change: F)
 where
     F: Fn(&ServingPems) + Send + Sync,
 {
     let mut last: Option<ServingPems> = None;
+    let mut held: Option<HeldSecret> = None;
     let mut ticker = tokio::time::interval(cfg.check_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match sync_secret(&client, &cfg, OffsetDateTime::now_utc()).await {
+        match sync_secret_from(&client, &cfg, OffsetDateTime::now_utc(), held.as_ref()).await {
             Ok(state) => {
-                let pems = state.serving_pems();
+                let pems = state.state.serving_pems();
+                held = Some(state);
                 if last.as_ref() != Some(&pems) {
                     on_change(&pems);
                     last = Some(pems.clone());

@@ -7,6 +7,7 @@
 
 pub mod emulator;
 pub mod exporter;
+pub mod faults;
 pub mod fixture;
 pub mod operator;
 pub mod pod;

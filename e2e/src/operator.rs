@@ -118,7 +118,20 @@ impl Rbac {
     /// # Errors
     /// When helm, kubectl or the kubeconfig fail.
     pub fn helm_install(release: &str, namespace: &str, webhook_port: u16) -> anyhow::Result<Self> {
-        let chart = chart_dir();
+        Self::helm_install_chart(&chart_dir(), release, namespace, webhook_port)
+    }
+
+    /// [`Rbac::helm_install`] of the chart in `chart` (another release's chart: the upgrade
+    /// test installs the previous one).
+    ///
+    /// # Errors
+    /// When helm, kubectl or the kubeconfig fail.
+    pub fn helm_install_chart(
+        chart: &Path,
+        release: &str,
+        namespace: &str,
+        webhook_port: u16,
+    ) -> anyhow::Result<Self> {
         let chart = chart.to_str().context("chart path is not UTF-8")?;
         let url = format!("outOfCluster.url=https://127.0.0.1:{webhook_port}");
         let selector = format!(
@@ -255,7 +268,20 @@ impl Operator {
         identity: &str,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
-        let bin = binary();
+        Self::start_binary(&binary(), kubeconfig, namespace, identity, extra).await
+    }
+
+    /// [`Operator::start`] of the binary `bin` (another release's: the upgrade test).
+    ///
+    /// # Errors
+    /// As [`Operator::start`].
+    pub async fn start_binary(
+        bin: &Path,
+        kubeconfig: &Path,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         if !bin.is_file() {
             bail!(
                 "{} not found: build it with `cargo build --bin llmscaler`",
@@ -265,7 +291,7 @@ impl Operator {
         let dir = tempfile::tempdir()?;
         let log = dir.path().join("operator.log");
         let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let child = Command::new(&bin)
+        let child = Command::new(bin)
             .args([
                 "run",
                 "--namespace",
@@ -332,6 +358,13 @@ impl Operator {
     /// The process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process has exited (or was killed by the test).
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|child| child.try_wait().ok().flatten().is_some())
     }
 
     /// SIGKILL: the process dies without releasing its Lease.

@@ -149,6 +149,10 @@ pub struct Context {
     pub telemetry: Arc<Metrics>,
     /// The time source, read once per sync.
     pub clock: Arc<dyn Clock>,
+    /// How far, milliseconds, [`Context::clock`] runs ahead of the clock of the process that led
+    /// before this term (estimated from the Lease, [`crate::lease::clock_ahead_ms`]; 0 when
+    /// unknown): times that process wrote in status are moved this much later when restored.
+    pub previous_leader_behind_ms: i64,
     /// Whether this process may write; checked right before every write.
     pub leadership: Leadership,
     /// How long to wait for pod-deletion-cost marks to become visible before a scale-down.
@@ -202,6 +206,7 @@ impl Context {
             pods: pod_cache::PodCache::new(targets_client),
             telemetry,
             clock: Arc::new(SystemClock),
+            previous_leader_behind_ms: 0,
             leadership,
             mark_deadline: Duration::from_secs(5),
             policy: llmscaler_api::OperatorPolicy::default(),
@@ -445,9 +450,10 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Contr
     {
         ctx.telemetry.evaluation_lag.observe(lag);
     }
-    let step = state
-        .scaler
-        .get_or_insert_with(|| Scaler::new(&spec, scaler.status.as_ref()));
+    let step = state.scaler.get_or_insert_with(|| {
+        Scaler::new(&spec, scaler.status.as_ref())
+            .status_written_behind_by(ctx.previous_leader_behind_ms)
+    });
     step.respec(&spec);
     let custom = match spec.effective_provider() {
         llmscaler_api::MetricProvider::Custom => true,

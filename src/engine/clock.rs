@@ -48,3 +48,35 @@ impl Clock for ManualClock {
         Timestamp::from_millisecond(self.ms.load(Ordering::SeqCst)).unwrap_or(Timestamp::UNIX_EPOCH)
     }
 }
+
+/// The wall clock moved by a fixed offset: `llmscaler run --test-clock-offset-seconds` runs an
+/// operator whose clock is skewed against its peers (the clock-skew fault of
+/// `e2e/tests/faults.rs`, docs/writing-replicas.md#leader-election), as a node with a drifting
+/// clock would.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct OffsetClock {
+    /// Milliseconds added to the wall clock (negative: behind).
+    pub(crate) offset_ms: i64,
+}
+
+impl Clock for OffsetClock {
+    /// The wall clock plus the offset; out of jiff's range, the wall clock.
+    fn now(&self) -> Timestamp {
+        let now = Timestamp::now();
+        Timestamp::from_millisecond(now.as_millisecond().saturating_add(self.offset_ms))
+            .unwrap_or(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_offset_clock_reads_the_wall_clock_moved_by_its_offset() {
+        let before = Timestamp::now().as_millisecond();
+        let skewed = OffsetClock { offset_ms: -30_000 }.now().as_millisecond();
+        let after = Timestamp::now().as_millisecond();
+        assert!(skewed >= before - 30_000 && skewed <= after - 30_000);
+    }
+}

@@ -223,7 +223,7 @@ fn recover<E>(
         return;
     }
     let now_ms = observed.now_ms;
-    let started_ms = resumed_since(observed.status, &out, now_ms);
+    let started_ms = resumed_since(observed.status, &out, now_ms, memory.status_shift_ms);
     if announce {
         plan.effects.push(event(
             Reason::DrainResumed,
@@ -513,13 +513,21 @@ fn seconds_left(drain_ms: i64, elapsed_ms: i64) -> i64 {
 /// When a drain found from pod labels began, in Unix milliseconds: `status.draining.since`
 /// when the status lists at least one of the pods `out` (the drain a previous leader or process
 /// wrote; its clock continues, so `drainSeconds` bounds the drain across restarts), else
-/// `now_ms`. A `since` in the future (clock skew between leaders) counts as `now_ms`.
-fn resumed_since(status: Option<&LLMScalerStatus>, out: &[String], now_ms: i64) -> i64 {
+/// `now_ms`. The status' time is moved `shift_ms` later first (its writer's clock ran that far
+/// behind, [`super::Scaler::status_written_behind_by`]); a `since` still in the future (clock
+/// skew between leaders) counts as `now_ms`.
+fn resumed_since(
+    status: Option<&LLMScalerStatus>,
+    out: &[String],
+    now_ms: i64,
+    shift_ms: i64,
+) -> i64 {
     status
         .and_then(|s| s.draining.as_ref())
         .filter(|d| d.pods.iter().any(|p| out.contains(p)))
         .map(|d| d.since.0.as_millisecond())
-        .filter(|&ms| ms > 0 && ms <= now_ms)
+        .filter(|&ms| ms > 0)
+        .map(|ms| ms.saturating_add(shift_ms).min(now_ms))
         .unwrap_or(now_ms)
 }
 
@@ -547,18 +555,31 @@ mod tests {
         let now_ms = since_ms + 42_000;
         let status = draining_since(&["a", "b"], "2026-12-01T20:00:00Z");
         assert_eq!(
-            resumed_since(Some(&status), &names(&["b"]), now_ms),
+            resumed_since(Some(&status), &names(&["b"]), now_ms, 0),
             since_ms
         );
+        // Written by a leader whose clock ran 30 s behind this one: 30 s later here.
+        assert_eq!(
+            resumed_since(Some(&status), &names(&["b"]), now_ms, 30_000),
+            since_ms + 30_000
+        );
+        // ... and never later than now.
+        assert_eq!(
+            resumed_since(Some(&status), &names(&["b"]), now_ms, 60_000),
+            now_ms
+        );
         // A status about other pods is another drain: the clock starts now.
-        assert_eq!(resumed_since(Some(&status), &names(&["c"]), now_ms), now_ms);
+        assert_eq!(
+            resumed_since(Some(&status), &names(&["c"]), now_ms, 0),
+            now_ms
+        );
         // The Event's "lowering at the latest in" rounds up and stops at 0.
         assert_eq!(seconds_left(120_000, 42_000), 78);
         assert_eq!(seconds_left(120_000, 42_500), 78);
         assert_eq!(seconds_left(120_000, 130_000), 0);
         // A since in the future (a skewed clock) is not trusted.
         assert_eq!(
-            resumed_since(Some(&status), &names(&["a"]), since_ms - 1),
+            resumed_since(Some(&status), &names(&["a"]), since_ms - 1, 0),
             since_ms - 1
         );
     }

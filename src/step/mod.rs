@@ -269,6 +269,9 @@ struct Memory {
     drain_recovered: bool,
     /// The last replica count advised in advisory mode.
     last_advice: Option<i32>,
+    /// Milliseconds added to the times another process wrote in status (a drain's `since`), see
+    /// [`Scaler::status_written_behind_by`].
+    status_shift_ms: i64,
 }
 
 /// One scaler's step and memory (see the module documentation).
@@ -299,6 +302,23 @@ impl Scaler {
                 ..Memory::default()
             },
         }
+    }
+
+    /// A step whose status was written by a process whose clock ran `ms` milliseconds behind
+    /// this one (the Lease's estimate, [`crate::lease::clock_ahead_ms`]): the restored history
+    /// and a resumed drain's `since` move `ms` later, so a window or a drain budget measured on
+    /// the slower clock never ends early on this one (docs/guards.md#restart-safe-history). A
+    /// negative `ms` (the writer ran ahead) changes nothing: those times already lie later.
+    #[must_use]
+    pub fn status_written_behind_by(mut self, ms: i64) -> Self {
+        let ms = ms.max(0);
+        if let Some(records) = self.restored.as_mut() {
+            for record in records {
+                record.at_ms = record.at_ms.saturating_add(ms);
+            }
+        }
+        self.memory.status_shift_ms = ms;
+        self
     }
 
     /// A step that starts with `history` as its stabilization and scale-up history (a replay

@@ -244,6 +244,54 @@ fn the_history_comes_back_from_status_shifted_later() {
     }
 }
 
+#[test]
+fn a_history_written_on_a_slower_clock_is_moved_later_by_the_estimated_skew() {
+    let clock = ManualClock::at_ms(1_700_000_000_000);
+    let mut scaler = scaler(None);
+    scaler.spec.scale_down =
+        Some(serde_json::from_value(json!({"stabilizationWindowSeconds": 60})).expect("scaleDown"));
+    // The previous leader's clock ran 30 s behind this one: its record of 6, made 20 s ago in
+    // real time, reads 50 s old here. Moved 30 s later (and by the 15 s refresh shift), it is
+    // restored as 5 s old: it holds the fleet at 6 for 55 s from now, never less than the 40 s
+    // it really has left. Without the move the fleet would drop after 25 s.
+    let recorded = Timestamp::from_millisecond(clock.now().as_millisecond() - 50_000).expect("ts");
+    scaler.status = Some(LLMScalerStatus {
+        recommendations: Some(vec![llmscaler_api::RecommendationRecord {
+            time: Time(recorded),
+            replicas: 6,
+        }]),
+        ..LLMScalerStatus::default()
+    });
+    let run = |shift_ms: i64| {
+        let clock = ManualClock::at_ms(clock.now().as_millisecond());
+        let mut step =
+            Scaler::new(&scaler.spec, scaler.status.as_ref()).status_written_behind_by(shift_ms);
+        let mut first_lower = None;
+        for second in 0..80 {
+            let now = clock.now().as_millisecond();
+            let plan = step.step(&observation(
+                &scaler,
+                target(6, &["llmscaler"]),
+                Some(0.0),
+                now,
+            ));
+            if plan.decision.desired < 6 && first_lower.is_none() {
+                first_lower = Some(second);
+            }
+            clock.advance_ms(1_000);
+        }
+        first_lower
+    };
+    assert_eq!(
+        run(0),
+        Some(25),
+        "without the estimate the window ends 15 s early"
+    );
+    assert_eq!(run(30_000), Some(55));
+    // A writer whose clock ran ahead changes nothing (its times already lie later).
+    assert_eq!(run(-30_000), run(0));
+}
+
 /// One sync of `scaler` at t = 1 s with fresh memory restored from its status, its target at
 /// `replicas` owned by llmscaler, the metric at `value`, the activation value `activation`.
 fn once(

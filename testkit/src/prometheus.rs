@@ -41,7 +41,9 @@ pub struct Prometheus {
     pub addr: SocketAddr,
     child: Option<Child>,
     log: PathBuf,
-    _dir: tempfile::TempDir,
+    /// Starts so far (each with its own data directory and log).
+    starts: u32,
+    dir: tempfile::TempDir,
 }
 
 impl Prometheus {
@@ -118,7 +120,8 @@ impl Prometheus {
                         addr,
                         child: Some(child),
                         log,
-                        _dir: dir,
+                        starts: attempt,
+                        dir,
                     });
                 }
                 Err(err) => {
@@ -132,6 +135,47 @@ impl Prometheus {
                 }
             }
         }
+    }
+
+    /// Kills Prometheus and starts it again on the same address and configuration with an
+    /// **empty** data directory (a restart that lost its data: every series starts over), then
+    /// waits until it is ready; returns how long it was down.
+    ///
+    /// # Errors
+    /// When the new process does not start or is not ready in time (with its log tail).
+    pub async fn restart_with_data_lost(&mut self) -> anyhow::Result<Duration> {
+        let stopped = std::time::Instant::now();
+        self.stop();
+        self.starts += 1;
+        let config = self.dir.path().join("prometheus.yml");
+        let data = self.dir.path().join(format!("data-{}", self.starts));
+        let log = self
+            .dir
+            .path()
+            .join(format!("prometheus-{}.log", self.starts));
+        let log_file = std::fs::File::create(&log)?;
+        let bin = binary()?;
+        // The old process has just released the port; a TIME_WAIT socket does not stop a new
+        // listener (Prometheus sets SO_REUSEADDR).
+        let mut child = Command::new(&bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address={}", self.addr))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        self.log = log;
+        let ready = format!("http://{}/-/ready", self.addr);
+        if let Err(err) = wait_child_ready(&mut child, &ready, STARTUP_DEADLINE).await {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{err}; prometheus log:\n{}", tail_of(&self.log));
+        }
+        self.child = Some(child);
+        Ok(stopped.elapsed())
     }
 
     /// `http://127.0.0.1:<port>`.
