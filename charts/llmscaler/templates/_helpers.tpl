@@ -88,6 +88,14 @@ service:
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.activator.enabled }}
+# EndpointSlices: the route of a Service to the activator while its fleet is at zero
+# (spec.scaleToZero, docs/scaling.md#holding-requests-while-waking-from-zero), and the
+# activator's own endpoints (list).
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+{{- end }}
 {{- end -}}
 
 {{/* The webhooks' namespaceSelector: the given one, else the watched namespaces, else all. */}}
