@@ -422,7 +422,12 @@ mod tests {
 
     #[test]
     fn only_holding_scalers_have_a_config() {
-        let mut spec = LLMScalerSpec::default();
+        let target = llmscaler_api::TargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "vllm".into(),
+        };
+        let mut spec = LLMScalerSpec::new(target, "http://prometheus:9090", 0, 2);
         assert!(hold_config(&spec).is_none());
         spec.scale_to_zero = Some(llmscaler_api::ScaleToZero {
             hold_requests: Some(true),
