@@ -24,6 +24,13 @@ app.kubernetes.io/name: llmscaler
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The activator's pods: a name of their own, so neither the operator's Deployment nor its
+Service selects them. */}}
+{{- define "llmscaler.activatorSelectorLabels" -}}
+app.kubernetes.io/name: llmscaler-activator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* Names of the webhook configurations and the certificate Secret. */}}
 {{- define "llmscaler.webhookName" -}}
 {{- include "llmscaler.fullname" . -}}
