@@ -686,7 +686,10 @@ fn watch_namespaces_give_namespaced_rbac_and_scope_the_webhooks() -> anyhow::Res
 #[test]
 #[ignore = "needs helm from e2e/install-deps"]
 fn the_activator_reads_endpoint_slices_only_and_has_pods_of_its_own() -> anyhow::Result<()> {
-    let docs = documents(&render(&["--set", "activator.enabled=true"])?);
+    let docs: Vec<serde_json::Value> = documents(&render(&["--set", "activator.enabled=true"])?)
+        .into_iter()
+        .map(|d| serde_json::to_value(d).unwrap())
+        .collect();
     let named = |kind: &str, name: &str| {
         docs.iter()
             .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
