@@ -459,7 +459,9 @@ fn parse_service(raw: &str) -> Result<(String, String), String> {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns.to_owned(), name.to_owned()))
         }
-        _ => Err(format!("{raw:?}: expected NAMESPACE/NAME of the activator's Service")),
+        _ => Err(format!(
+            "{raw:?}: expected NAMESPACE/NAME of the activator's Service"
+        )),
     }
 }
 

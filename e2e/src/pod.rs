@@ -115,7 +115,10 @@ async fn stream_completion(server: Arc<Server>, tokens: u64) -> axum::response::
         if i == tokens {
             running.0.success.fetch_add(1, Ordering::SeqCst);
             let done = axum::body::Bytes::from_static(b"data: [DONE]\n\n");
-            return Some((Ok::<_, std::convert::Infallible>(done), (i + 1, running, permit)));
+            return Some((
+                Ok::<_, std::convert::Infallible>(done),
+                (i + 1, running, permit),
+            ));
         }
         tokio::time::sleep(interval).await;
         let event = format!(

@@ -93,9 +93,12 @@ fn mirror_pods(world: &World, emulator_port: u16) -> tokio::task::JoinHandle<()>
     let ns = world.namespace().to_owned();
     tokio::spawn(async move {
         let (reader, writer) = reflector::store();
-        let stream = watcher(pods, watcher::Config::default().labels(&format!("app={APP}")))
-            .default_backoff()
-            .reflect(writer);
+        let stream = watcher(
+            pods,
+            watcher::Config::default().labels(&format!("app={APP}")),
+        )
+        .default_backoff()
+        .reflect(writer);
         futures::pin_mut!(stream);
         let mut last = None;
         while let Some(event) = stream.next().await {
@@ -104,9 +107,10 @@ fn mirror_pods(world: &World, emulator_port: u16) -> tokio::task::JoinHandle<()>
             }
             let ready = reader.state().iter().any(|p| {
                 p.metadata.deletion_timestamp.is_none()
-                    && p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                        c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                    })
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
             });
             if last == Some(ready) {
                 continue;
@@ -141,9 +145,19 @@ async fn endpoints(slices: &Api<EndpointSlice>) -> Vec<(SocketAddr, bool)> {
             .as_ref()
             .and_then(|l| l.get("endpointslice.kubernetes.io/managed-by"))
             .is_some_and(|m| m == "llmscaler");
-        let port = slice.ports.iter().flatten().find_map(|p| p.port).unwrap_or(0);
+        let port = slice
+            .ports
+            .iter()
+            .flatten()
+            .find_map(|p| p.port)
+            .unwrap_or(0);
         for endpoint in &slice.endpoints {
-            if endpoint.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true) {
+            if endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true)
+            {
                 for address in &endpoint.addresses {
                     out.push((
                         SocketAddr::new(address.parse().unwrap(), u16::try_from(port).unwrap()),
@@ -202,7 +216,11 @@ async fn one_request(
     }
     if response.status() != 200 {
         let status = response.status();
-        outcome.lock().await.failed.push(format!("{addr}: HTTP {status}"));
+        outcome
+            .lock()
+            .await
+            .failed
+            .push(format!("{addr}: HTTP {status}"));
         return;
     }
     let mut body = String::new();
@@ -215,7 +233,11 @@ async fn one_request(
             }
             Ok(None) => break,
             Err(err) => {
-                outcome.lock().await.failed.push(format!("{addr}: stream cut: {err}"));
+                outcome
+                    .lock()
+                    .await
+                    .failed
+                    .push(format!("{addr}: stream cut: {err}"));
                 return;
             }
         }
@@ -254,9 +276,12 @@ async fn burst(world: &World, n: usize) -> Outcome {
 fn when_replicas(world: &World, want: i32) -> tokio::task::JoinHandle<Instant> {
     let api: Api<Deployment> = Api::namespaced(world.client.clone(), world.namespace());
     tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default().fields(&format!("metadata.name={APP}")))
-            .default_backoff()
-            .applied_objects();
+        let stream = watcher(
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={APP}")),
+        )
+        .default_backoff()
+        .applied_objects();
         futures::pin_mut!(stream);
         while let Some(Ok(d)) = stream.next().await {
             if d.spec.as_ref().and_then(|s| s.replicas) == Some(want) {
@@ -277,13 +302,17 @@ async fn route_exists(world: &World) -> bool {
 }
 
 async fn wait_route(world: &World, want: bool) {
-    wait_for(&format!("the activator route present = {want}"), DEADLINE, || async {
-        Ok(if route_exists(world).await == want {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("present = {}", !want))
-        })
-    })
+    wait_for(
+        &format!("the activator route present = {want}"),
+        DEADLINE,
+        || async {
+            Ok(if route_exists(world).await == want {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("present = {}", !want))
+            })
+        },
+    )
     .await
     .unwrap();
 }
@@ -312,10 +341,19 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
 
     // The workload, its Service, the activator's Service (on loopback) and the network.
     world.apply(SETUP_MANAGER, &deployment(&ns)).await.unwrap();
-    world.apply(SETUP_MANAGER, &service(&ns, APP)).await.unwrap();
-    world.apply(SETUP_MANAGER, &service(&ns, "activator")).await.unwrap();
     world
-        .apply("e2e-network", &network_slice(&ns, "activator", &["127.0.0.1"], control_port))
+        .apply(SETUP_MANAGER, &service(&ns, APP))
+        .await
+        .unwrap();
+    world
+        .apply(SETUP_MANAGER, &service(&ns, "activator"))
+        .await
+        .unwrap();
+    world
+        .apply(
+            "e2e-network",
+            &network_slice(&ns, "activator", &["127.0.0.1"], control_port),
+        )
         .await
         .unwrap();
     let _mirror = mirror_pods(&world, emulator_port);
@@ -351,7 +389,12 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
     world
         .start_operator(
             "op-activator",
-            &["--activator", &activator_ref, "--activator-control-url", &control],
+            &[
+                "--activator",
+                &activator_ref,
+                "--activator-control-url",
+                &control,
+            ],
         )
         .await
         .unwrap();
@@ -407,10 +450,24 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
             outcome.spread.iter().copied().fold(f64::INFINITY, f64::min),
             outcome.spread.iter().copied().fold(0.0, f64::max),
         );
-        assert!(outcome.failed.is_empty(), "burst {round}: {:?}", outcome.failed);
-        assert_eq!(outcome.answered, held, "burst {round}: every held request answered");
-        assert_eq!(outcome.refused, n - held, "burst {round}: only the excess refused");
-        assert!(wake <= 1.0, "burst {round}: woken {wake:.3} s after the first request");
+        assert!(
+            outcome.failed.is_empty(),
+            "burst {round}: {:?}",
+            outcome.failed
+        );
+        assert_eq!(
+            outcome.answered, held,
+            "burst {round}: every held request answered"
+        );
+        assert_eq!(
+            outcome.refused,
+            n - held,
+            "burst {round}: only the excess refused"
+        );
+        assert!(
+            wake <= 1.0,
+            "burst {round}: woken {wake:.3} s after the first request"
+        );
         // Streamed, not buffered: the events spread over the decode time.
         let decode = TOKENS as f64 / TOKENS_PER_SECOND;
         assert!(
@@ -425,12 +482,18 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
             .exporter
             .set_gauge("llm_queue", &[("scaler=\"activator\"", 0.0)]);
         world.wait_replicas(APP, 0, DEADLINE).await.unwrap();
-        assert!(route_exists(&world).await, "burst {round}: at zero the route is in place");
+        assert!(
+            route_exists(&world).await,
+            "burst {round}: at zero the route is in place"
+        );
     }
     wakes.sort_by(f64::total_cmp);
     eprintln!("wake-ups (first request -> spec.replicas: 1): {wakes:?} s");
     activator.kill().await.ok();
     let logs = std::fs::read_to_string(log.path()).unwrap_or_default();
-    assert!(logs.contains("releasing the held requests"), "activator log:\n{logs}");
+    assert!(
+        logs.contains("releasing the held requests"),
+        "activator log:\n{logs}"
+    );
     world.finish().await.unwrap();
 }

@@ -716,20 +716,39 @@ fn the_activator_reads_endpoint_slices_only_and_has_pods_of_its_own() -> anyhow:
             .unwrap()
             .iter()
             .all(|(k, v)| &pod_labels[k] == v);
-        assert!(!selects, "{selector} selects the activator's pods {pod_labels}");
+        assert!(
+            !selects,
+            "{selector} selects the activator's pods {pod_labels}"
+        );
     }
     // The operator is told where it is, and may write the route's EndpointSlices.
     let args = operator["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
-    assert!(args.contains("--activator=llmscaler-system/llmscaler-activator"), "{args}");
-    assert!(args.contains("--activator-control-url=http://llmscaler-activator.llmscaler-system.svc:9090/"), "{args}");
+    assert!(
+        args.contains("--activator=llmscaler-system/llmscaler-activator"),
+        "{args}"
+    );
+    assert!(
+        args.contains(
+            "--activator-control-url=http://llmscaler-activator.llmscaler-system.svc:9090/"
+        ),
+        "{args}"
+    );
     let operator_role = named("ClusterRole", "llmscaler");
     assert!(
-        operator_role["rules"].as_array().unwrap().iter().any(|r| r["resources"][0] == "endpointslices"
-            && r["verbs"].as_array().unwrap().iter().any(|v| v == "delete")),
+        operator_role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "endpointslices"
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == "delete")),
         "{operator_role}"
     );
     // Off by default.
     let default = documents(&render(&[])?);
-    assert!(!default.iter().any(|d| d["metadata"]["name"] == "llmscaler-activator"));
+    assert!(
+        !default
+            .iter()
+            .any(|d| d["metadata"]["name"] == "llmscaler-activator")
+    );
     Ok(())
 }

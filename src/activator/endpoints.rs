@@ -116,7 +116,11 @@ mod tests {
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
     use kube::api::ObjectMeta;
 
-    fn slice(ours: bool, port: (&str, i32), endpoints: &[(&str, Option<bool>, bool)]) -> EndpointSlice {
+    fn slice(
+        ours: bool,
+        port: (&str, i32),
+        endpoints: &[(&str, Option<bool>, bool)],
+    ) -> EndpointSlice {
         let mut labels = std::collections::BTreeMap::new();
         labels.insert(SERVICE_NAME_LABEL.to_owned(), "vllm".to_owned());
         if ours {

@@ -265,7 +265,12 @@ impl Registry {
                 tracing::error!(port = listen_port, error = %err, "a held Service's listener failed");
             }
         });
-        tracing::info!(namespace, service, port = listen_port, "holding the Service's requests");
+        tracing::info!(
+            namespace,
+            service,
+            port = listen_port,
+            "holding the Service's requests"
+        );
         services.insert(key, held);
         drop(services);
         self.seq.send_modify(|s| *s += 1);
@@ -295,7 +300,12 @@ async fn release_when_ready(held: Arc<Held>, mut stop: watch::Receiver<bool>) {
             }
         };
         if !waiting.is_empty() {
-            tracing::info!(namespace = held.namespace, service = held.service, released = waiting.len(), "a replica is Ready: releasing the held requests");
+            tracing::info!(
+                namespace = held.namespace,
+                service = held.service,
+                released = waiting.len(),
+                "a replica is Ready: releasing the held requests"
+            );
             for waiter in waiting {
                 let _ = waiter.send(());
             }

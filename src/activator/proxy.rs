@@ -55,7 +55,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .map(|v| v.trim().to_ascii_lowercase())
         .filter(|v| !v.is_empty())
         .collect();
-    for name in HOP_BY_HOP.iter().copied().chain(named.iter().map(String::as_str)) {
+    for name in HOP_BY_HOP
+        .iter()
+        .copied()
+        .chain(named.iter().map(String::as_str))
+    {
         headers.remove(name);
     }
 }
@@ -88,7 +92,10 @@ impl Drop for Place {
 }
 
 /// Every request to a held Service's port.
-pub(crate) async fn handle(State(held): State<Arc<Held>>, request: Request<Body>) -> Response<Body> {
+pub(crate) async fn handle(
+    State(held): State<Arc<Held>>,
+    request: Request<Body>,
+) -> Response<Body> {
     let config = held.config();
     let timeout = Duration::from_secs(u64::from(config.hold_timeout_seconds));
     let retry = retry_after_seconds(u64::from(config.hold_timeout_seconds));
@@ -107,7 +114,11 @@ pub(crate) async fn handle(State(held): State<Arc<Held>>, request: Request<Body>
                         Err(_) => {
                             drop(queue);
                             held.changed();
-                            tracing::info!(namespace = held.namespace, service = held.service, "hold queue full: 503");
+                            tracing::info!(
+                                namespace = held.namespace,
+                                service = held.service,
+                                "hold queue full: 503"
+                            );
                             return unavailable(
                                 retry,
                                 "the service is waking from zero and holds as many requests as it may; retry later",
@@ -126,7 +137,11 @@ pub(crate) async fn handle(State(held): State<Arc<Held>>, request: Request<Body>
                     Ok(Ok(())) => place.ticket = None,
                     Ok(Err(_)) | Err(_) => {
                         drop(place);
-                        tracing::info!(namespace = held.namespace, service = held.service, "held request timed out: 503");
+                        tracing::info!(
+                            namespace = held.namespace,
+                            service = held.service,
+                            "held request timed out: 503"
+                        );
                         return unavailable(
                             retry,
                             "the service did not become ready within the hold timeout; retry later",
@@ -169,10 +184,15 @@ async fn forward(held: &Held, target: SocketAddr, request: Request<Body>) -> Res
     parts.uri = uri;
     parts.version = axum::http::Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
-    let body = Body::new(http_body_util::Limited::new(body, held.max_body_bytes).map_err(
-        |err| axum::Error::new(err),
-    ));
-    match held.forwarder.request(Request::from_parts(parts, body)).await {
+    let body = Body::new(
+        http_body_util::Limited::new(body, held.max_body_bytes)
+            .map_err(axum::Error::new),
+    );
+    match held
+        .forwarder
+        .request(Request::from_parts(parts, body))
+        .await
+    {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
@@ -196,10 +216,19 @@ mod tests {
     #[test]
     fn hop_by_hop_headers_and_those_connection_names_are_dropped() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close, x-secret-hop"));
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-secret-hop"),
+        );
         headers.insert("x-secret-hop", HeaderValue::from_static("1"));
-        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
         strip_hop_by_hop(&mut headers);
         assert_eq!(headers.len(), 1);
         assert!(headers.contains_key(header::CONTENT_TYPE));

@@ -97,7 +97,10 @@ mod tests {
         assert_eq!(queue.hold("b"), Ok(1));
         assert_eq!(queue.hold("c"), Ok(2));
         assert_eq!(queue.hold("d"), Err("d"));
-        assert_eq!((queue.len(), queue.held_total(), queue.refused_total()), (3, 3, 1));
+        assert_eq!(
+            (queue.len(), queue.held_total(), queue.refused_total()),
+            (3, 3, 1)
+        );
         assert_eq!(queue.release_all(), ["a", "b", "c"]);
         assert_eq!(queue.len(), 0);
         // Room again after the release.

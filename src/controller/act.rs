@@ -81,8 +81,14 @@ async fn one(
             link.set_route(&ctx.client, namespace, spec, *on)
                 .await
                 .map_err(|e| e.to_string())?;
-            ctx.telemetry.count_write(namespace, name, "activator_route");
-            tracing::info!(namespace, name, on, "routed the Service to the activator: {on}");
+            ctx.telemetry
+                .count_write(namespace, name, "activator_route");
+            tracing::info!(
+                namespace,
+                name,
+                on,
+                "routed the Service to the activator: {on}"
+            );
         }
         Effect::Event(event) => {
             events::publish(ctx, sync.scaler, std::slice::from_ref(event)).await

@@ -65,7 +65,7 @@ pub enum ActivatorLinkError {
         name: String,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The activator has no Ready pod to route to.
     #[error("the activator Service {0}/{1} has no Ready endpoint; the route waits for one")]
@@ -85,8 +85,7 @@ fn hold_config(spec: &LLMScalerSpec) -> Option<(String, HoldConfig)> {
         service,
         HoldConfig {
             port: stz.effective_port().to_owned(),
-            max_held_requests: u32::try_from(stz.effective_max_held_requests().max(1))
-                .unwrap_or(1),
+            max_held_requests: u32::try_from(stz.effective_max_held_requests().max(1)).unwrap_or(1),
             hold_timeout_seconds: u32::try_from(stz.effective_hold_timeout_seconds().max(1))
                 .unwrap_or(1),
         },
@@ -103,7 +102,11 @@ fn ready_ips(slices: &[EndpointSlice]) -> Vec<IpAddr> {
         {
             continue;
         }
-        for ip in endpoint.addresses.iter().filter_map(|a| a.parse::<IpAddr>().ok()) {
+        for ip in endpoint
+            .addresses
+            .iter()
+            .filter_map(|a| a.parse::<IpAddr>().ok())
+        {
             if !out.contains(&ip) {
                 out.push(ip);
             }
@@ -254,7 +257,7 @@ impl ActivatorLink {
                 operation: "get",
                 namespace: namespace.to_owned(),
                 name: name.clone(),
-                source,
+                source: Box::new(source),
             })?
             .is_some();
         let held = lock(&self.report)
@@ -285,7 +288,7 @@ impl ActivatorLink {
             operation,
             namespace: namespace.to_owned(),
             name: name.clone(),
-            source,
+            source: Box::new(source),
         };
         if !on {
             return match slices.delete(&name, &DeleteParams::default()).await {
@@ -310,7 +313,7 @@ impl ActivatorLink {
                 operation: "list",
                 namespace: activator_ns.clone(),
                 name: activator_name.clone(),
-                source,
+                source: Box::new(source),
             })?;
         let ips = ready_ips(&listed.items);
         if ips.is_empty() {
@@ -321,7 +324,11 @@ impl ActivatorLink {
         }
         let slice = route_slice(namespace, &service, &config.port, port, &ips);
         slices
-            .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&slice))
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&slice),
+            )
             .await
             .map_err(|source| api_error("apply", source))?;
         Ok(())
@@ -392,7 +399,10 @@ impl ActivatorLink {
         // A report of a few hundred Services is small; a larger answer is refused.
         let bytes = response.bytes().await.map_err(|e| failed(e.to_string()))?;
         if bytes.len() > 4 * 1024 * 1024 {
-            return Err(failed(format!("answer of {} bytes is over 4 MiB", bytes.len())));
+            return Err(failed(format!(
+                "answer of {} bytes is over 4 MiB",
+                bytes.len()
+            )));
         }
         serde_json::from_slice(&bytes).map_err(|e| failed(e.to_string()))
     }
@@ -410,14 +420,20 @@ mod tests {
     fn the_route_slice_names_its_service_and_manager_and_points_at_the_activators() {
         let ips: Vec<IpAddr> = vec!["10.1.0.7".parse().unwrap(), "10.1.0.8".parse().unwrap()];
         let slice = route_slice("team-a", "vllm", "http", 18003, &ips);
-        assert_eq!(slice.metadata.name.as_deref(), Some("vllm-llmscaler-activator"));
+        assert_eq!(
+            slice.metadata.name.as_deref(),
+            Some("vllm-llmscaler-activator")
+        );
         let labels = slice.metadata.labels.unwrap();
         assert_eq!(labels[SERVICE_NAME_LABEL], "vllm");
         assert_eq!(labels[ENDPOINTSLICE_MANAGED_BY_LABEL], "llmscaler");
         assert_eq!(slice.address_type, "IPv4");
         assert_eq!(slice.endpoints.len(), 2);
         let port = &slice.ports.unwrap()[0];
-        assert_eq!((port.name.as_deref(), port.port), (Some("http"), Some(18003)));
+        assert_eq!(
+            (port.name.as_deref(), port.port),
+            (Some("http"), Some(18003))
+        );
     }
 
     #[test]
@@ -437,7 +453,11 @@ mod tests {
         let (service, config) = hold_config(&spec).unwrap();
         assert_eq!(service, "vllm");
         assert_eq!(
-            (config.port.as_str(), config.max_held_requests, config.hold_timeout_seconds),
+            (
+                config.port.as_str(),
+                config.max_held_requests,
+                config.hold_timeout_seconds
+            ),
             ("", 100, 300)
         );
     }

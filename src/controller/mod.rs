@@ -577,7 +577,10 @@ async fn sync_once(sync: &SyncContext<'_>, step: &mut Scaler) -> (Result<(), Sta
 
 /// The activator's view for the step, when the operator has an activator and the scaler holds
 /// requests; a failure is logged and leaves the route as it is (`None`).
-async fn observe_activator(sync: &SyncContext<'_>, spec: &LLMScalerSpec) -> Option<step::ActivatorView> {
+async fn observe_activator(
+    sync: &SyncContext<'_>,
+    spec: &LLMScalerSpec,
+) -> Option<step::ActivatorView> {
     let link = sync.ctx.activator.as_ref()?;
     match link.observe(&sync.ctx.client, sync.namespace, spec).await {
         Ok(view) => view,

@@ -13,9 +13,9 @@
 
 mod decide;
 mod drain;
-mod route;
 #[cfg(test)]
 mod fields;
+mod route;
 #[cfg(test)]
 mod tests;
 pub mod victims;

@@ -658,7 +658,10 @@ fn the_route_goes_off_once_a_replica_is_ready_and_on_before_the_write_to_zero() 
     let effects = plan.effects.len();
     assert_eq!(routes(&plan), [(effects - 1, false)]);
     // Off already: nothing.
-    assert_eq!(routes(&route_step(&scaler, (1, 1), Some(2.0), (0, false))), []);
+    assert_eq!(
+        routes(&route_step(&scaler, (1, 1), Some(2.0), (0, false))),
+        []
+    );
     // Going to zero (no load, no window): on FIRST, before the replicas write.
     let plan = route_step(&scaler, (1, 1), Some(0.0), (0, false));
     assert_eq!(plan.write.as_ref().map(|w| (w.from, w.to)), Some((1, 0)));
@@ -677,6 +680,11 @@ fn the_route_goes_off_once_a_replica_is_ready_and_on_before_the_write_to_zero() 
     assert_eq!(routes(&route_step(&paused, (0, 0), None, (0, false))), []);
     // Without an activator view (none configured), nothing.
     let mut step = Scaler::new(&scaler.spec, None);
-    let plan = step.step(&observation(&scaler, target(1, &["llmscaler"]), Some(0.0), 0));
+    let plan = step.step(&observation(
+        &scaler,
+        target(1, &["llmscaler"]),
+        Some(0.0),
+        0,
+    ));
     assert_eq!(routes(&plan), []);
 }

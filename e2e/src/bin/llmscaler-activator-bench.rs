@@ -81,7 +81,8 @@ async fn throughput(http: &reqwest::Client, url: &str, workers: usize, seconds: 
     let start = Instant::now();
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
-            let (http, url, done, failed) = (http.clone(), url.to_owned(), done.clone(), failed.clone());
+            let (http, url, done, failed) =
+                (http.clone(), url.to_owned(), done.clone(), failed.clone());
             tokio::spawn(async move {
                 while Instant::now() < end {
                     match get(&http, &url).await {
@@ -170,20 +171,24 @@ async fn main() -> anyhow::Result<()> {
         .pool_max_idle_per_host(args.concurrency * 2)
         .build()?;
     let control = format!("http://127.0.0.1:{}", args.control_port);
-    let port: u16 = wait_for("the activator registers the Service", Duration::from_secs(60), || async {
-        let response = http
-            .put(format!("{control}/v1/services/{name}/bench"))
-            .json(&json!({"port": "", "maxHeldRequests": 100, "holdTimeoutSeconds": 30}))
-            .send()
-            .await;
-        Ok(match response {
-            Ok(r) if r.status().is_success() => {
-                let v: serde_json::Value = r.json().await?;
-                Check::Done(u16::try_from(v["listenPort"].as_u64().unwrap_or(0))?)
-            }
-            other => Check::NotYet(format!("{other:?}")),
-        })
-    })
+    let port: u16 = wait_for(
+        "the activator registers the Service",
+        Duration::from_secs(60),
+        || async {
+            let response = http
+                .put(format!("{control}/v1/services/{name}/bench"))
+                .json(&json!({"port": "", "maxHeldRequests": 100, "holdTimeoutSeconds": 30}))
+                .send()
+                .await;
+            Ok(match response {
+                Ok(r) if r.status().is_success() => {
+                    let v: serde_json::Value = r.json().await?;
+                    Check::Done(u16::try_from(v["listenPort"].as_u64().unwrap_or(0))?)
+                }
+                other => Check::NotYet(format!("{other:?}")),
+            })
+        },
+    )
     .await?;
     let direct = format!("http://127.0.0.1:{}/v1/models", args.backend_port);
     let proxied = format!("http://127.0.0.1:{port}/v1/models");
@@ -206,14 +211,20 @@ async fn main() -> anyhow::Result<()> {
     lat_direct.sort_by(f64::total_cmp);
     lat_proxied.sort_by(f64::total_cmp);
     let (d50, d99) = (percentile(&lat_direct, 0.5), percentile(&lat_direct, 0.99));
-    let (p50, p99) = (percentile(&lat_proxied, 0.5), percentile(&lat_proxied, 0.99));
+    let (p50, p99) = (
+        percentile(&lat_proxied, 0.5),
+        percentile(&lat_proxied, 0.99),
+    );
 
     let (t_direct1, f1) = throughput(&http, &direct, args.concurrency, args.seconds).await;
     let (t_proxied, f2) = throughput(&http, &proxied, args.concurrency, args.seconds).await;
     let (t_direct2, f3) = throughput(&http, &direct, args.concurrency, args.seconds).await;
     let t_direct = (t_direct1 + t_direct2) / 2.0;
     activator.kill().await.ok();
-    namespaces.delete(&name, &DeleteParams::default()).await.ok();
+    namespaces
+        .delete(&name, &DeleteParams::default())
+        .await
+        .ok();
 
     let added50 = p50 - d50;
     let added99 = p99 - d99;
@@ -244,7 +255,11 @@ async fn main() -> anyhow::Result<()> {
          In steady state the activator is not in the path at all: the operator deletes its \
          EndpointSlice once a replica is Ready (`e2e/tests/activator.rs` checks the route is gone \
          after each wake-up).\n",
-        note = if args.note.is_empty() { String::new() } else { format!(" {}", args.note) },
+        note = if args.note.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", args.note)
+        },
         n = args.requests,
         c = args.concurrency,
         s = args.seconds,
