@@ -3,8 +3,8 @@
 //! `llmscaler activator` and `llmscaler run`, the vLLM emulator streaming server-sent events as
 //! the replica, and a client that routes over the Service's EndpointSlices as kube-proxy does.
 //! kwok pods have no network, so the test plays the network's part: the EndpointSlice of the
-//! Deployment's Ready pods points at the emulator on loopback, and the activator's own Service
-//! at the activator process.
+//! Deployment's Ready pods points at the emulator on this machine's own address (the API server
+//! refuses loopback endpoints), and the activator's own Service at the activator process.
 //!
 //! Three bursts, each from zero after an idle period: every request is answered and streamed
 //! (first event long before the last), `spec.replicas: 1` is written within 1 s of the first
@@ -40,6 +40,16 @@ const STARTUP: &str = "3s";
 const MAX_HELD: usize = 20;
 const TOKENS: u64 = 10;
 const TOKENS_PER_SECOND: f64 = 20.0;
+
+/// The machine's own non-loopback address (the API server refuses loopback endpoints): the
+/// source address of its default route, found without sending anything.
+fn host_ip() -> String {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket
+        .connect("203.0.113.1:9")
+        .expect("a default route (the endpoints need a non-loopback address)");
+    socket.local_addr().unwrap().ip().to_string()
+}
 
 fn base() -> u16 {
     std::env::var("LLMSCALER_E2E_LOOPBACK_BASE")
@@ -87,7 +97,7 @@ fn network_slice(ns: &str, service: &str, addresses: &[&str], port: u16) -> Valu
 
 /// Plays the endpoint controller for the Deployment's pods: while at least one pod is Ready
 /// (and not deleted), `vllm`'s network slice points at the emulator; else it is empty.
-fn mirror_pods(world: &World, emulator_port: u16) -> tokio::task::JoinHandle<()> {
+fn mirror_pods(world: &World, host: String, emulator_port: u16) -> tokio::task::JoinHandle<()> {
     let pods: Api<Pod> = Api::namespaced(world.client.clone(), world.namespace());
     let slices: Api<EndpointSlice> = Api::namespaced(world.client.clone(), world.namespace());
     let ns = world.namespace().to_owned();
@@ -115,7 +125,7 @@ fn mirror_pods(world: &World, emulator_port: u16) -> tokio::task::JoinHandle<()>
             if last == Some(ready) {
                 continue;
             }
-            let addresses: &[&str] = if ready { &["127.0.0.1"] } else { &[] };
+            let addresses: &[&str] = if ready { &[host.as_str()] } else { &[] };
             let slice = network_slice(&ns, APP, addresses, emulator_port);
             let applied = slices
                 .patch(
@@ -325,13 +335,14 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
         .unwrap();
     let ns = world.namespace().to_owned();
     let base = base();
+    let host = host_ip();
     let (emulator_port, control_port) = (base + 1, base + 2);
     let ports = format!("{}-{}", base + 10, base + 29);
 
     // The replica: the vLLM emulator, streaming.
     let (_stop_emulator, emulator_shutdown) = llmscaler::process::Shutdown::manual();
     let serve = llmscaler_e2e::pod::ServeArgs {
-        listen: format!("127.0.0.1:{emulator_port}").parse().unwrap(),
+        listen: format!("{host}:{emulator_port}").parse().unwrap(),
         tokens_per_second: TOKENS_PER_SECOND,
         max_running: 64,
         shutdown_timeout_seconds: 1.0,
@@ -352,11 +363,11 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
     world
         .apply(
             "e2e-network",
-            &network_slice(&ns, "activator", &["127.0.0.1"], control_port),
+            &network_slice(&ns, "activator", &[host.as_str()], control_port),
         )
         .await
         .unwrap();
-    let _mirror = mirror_pods(&world, emulator_port);
+    let _mirror = mirror_pods(&world, host.clone(), emulator_port);
 
     // The activator (admin credentials: it only reads EndpointSlices) and the operator.
     let log = tempfile::NamedTempFile::new().unwrap();
@@ -366,7 +377,7 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
             "--control-addr",
             &format!("127.0.0.1:{control_port}"),
             "--listen-ip",
-            "127.0.0.1",
+            &host,
             "--ports",
             &ports,
         ])

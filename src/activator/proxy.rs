@@ -185,8 +185,7 @@ async fn forward(held: &Held, target: SocketAddr, request: Request<Body>) -> Res
     parts.version = axum::http::Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
     let body = Body::new(
-        http_body_util::Limited::new(body, held.max_body_bytes)
-            .map_err(axum::Error::new),
+        http_body_util::Limited::new(body, held.max_body_bytes).map_err(axum::Error::new),
     );
     match held
         .forwarder

@@ -1,6 +1,7 @@
 //! The driver of `bench/activator` (issue 25, `docs/benchmarks/activator.md`): the forwarding
-//! overhead of `llmscaler activator` against direct calls, in the same run. A backend on
-//! loopback (a minimal HTTP server answering a small body) is the replica; a Service without
+//! overhead of `llmscaler activator` against direct calls, in the same run. A backend on this
+//! machine's own address (a minimal HTTP server answering a small body; the API server refuses
+//! loopback endpoints) is the replica; a Service without
 //! selector gets an EndpointSlice pointing at it (Ready), and the activator (`$LLMSCALER_BIN`
 //! or `--bin`), registered for that Service, forwards to it at once (nothing is held). Then:
 //! - latency: `--requests` sequential requests, alternating direct and through the activator
@@ -111,8 +112,14 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .or_else(|| std::env::var_os("LLMSCALER_BIN").map(Into::into))
         .unwrap_or_else(llmscaler_e2e::operator::binary);
+    // The machine's own address (the API server refuses loopback endpoints).
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    probe
+        .connect("203.0.113.1:9")
+        .context("no default route: the endpoints need a non-loopback address")?;
+    let host = probe.local_addr()?.ip().to_string();
     // The replica: a minimal answer, so the measurement is the proxy's.
-    let backend = tokio::net::TcpListener::bind(("127.0.0.1", args.backend_port))
+    let backend = tokio::net::TcpListener::bind((host.as_str(), args.backend_port))
         .await
         .with_context(|| format!("binding the backend on {}", args.backend_port))?;
     let body = "x".repeat(256);
@@ -148,7 +155,7 @@ async fn main() -> anyhow::Result<()> {
             &Patch::Apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": "bench-network", "labels": {"kubernetes.io/service-name": "bench"}},
                 "addressType": "IPv4",
-                "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+                "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
                 "ports": [{"name": "", "port": args.backend_port, "protocol": "TCP"}]})),
         )
         .await?;
@@ -159,7 +166,7 @@ async fn main() -> anyhow::Result<()> {
             "--control-addr",
             &format!("127.0.0.1:{}", args.control_port),
             "--listen-ip",
-            "127.0.0.1",
+            &host,
             "--ports",
             &args.ports,
         ])
@@ -190,8 +197,8 @@ async fn main() -> anyhow::Result<()> {
         },
     )
     .await?;
-    let direct = format!("http://127.0.0.1:{}/v1/models", args.backend_port);
-    let proxied = format!("http://127.0.0.1:{port}/v1/models");
+    let direct = format!("http://{host}:{}/v1/models", args.backend_port);
+    let proxied = format!("http://{host}:{port}/v1/models");
     // Through the activator once it sees the Ready endpoint (a first request may be held).
     get(&http, &proxied).await?;
     for _ in 0..200 {
