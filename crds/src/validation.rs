@@ -1018,6 +1018,21 @@ mod tests {
                 "spec.scaleToZero.holdTimeoutSeconds",
             ]
         );
+        // Held requests wake a fleet at zero: no "may never wake" warning with them.
+        let mut at_zero = valid();
+        at_zero.min_replicas = 0;
+        let never_wakes = |s: &LLMScalerSpec| {
+            crate::spec_warnings(s)
+                .iter()
+                .any(|w| w.contains("may never wake"))
+        };
+        assert!(never_wakes(&at_zero));
+        at_zero.scale_to_zero = Some(ScaleToZero {
+            hold_requests: Some(true),
+            service: Some("vllm".into()),
+            ..ScaleToZero::default()
+        });
+        assert!(!never_wakes(&at_zero));
         spec.max_replicas = 0;
         spec.scale_to_zero = Some(ScaleToZero {
             hold_requests: Some(true),
