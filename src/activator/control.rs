@@ -4,7 +4,8 @@
 //!   port for the same Service while the activator runs);
 //! - `DELETE /v1/services/{namespace}/{service}`: stop holding it;
 //! - `GET /v1/held?since=SEQ`: a long poll that answers at once when the [`HeldReport`]'s
-//!   sequence is past `SEQ` (a request was held or released since), else after
+//!   sequence differs from `SEQ` (a request was held or released since, or the activator
+//!   restarted), else after
 //!   [`LONG_POLL`]: the operator learns of the first held request without a Prometheus scrape.
 
 use std::time::Duration;

@@ -346,7 +346,9 @@ async fn held(
 ) -> Json<HeldReport> {
     if let Some(since) = since.since {
         let mut seq = registry.seq.subscribe();
-        let _ = tokio::time::timeout(control::LONG_POLL, seq.wait_for(|s| *s > since)).await;
+        // A sequence other than `since` answers at once: a later one is news, an earlier one
+        // means this activator restarted since the caller's last report.
+        let _ = tokio::time::timeout(control::LONG_POLL, seq.wait_for(|s| *s != since)).await;
     }
     Json(registry.report())
 }

@@ -115,6 +115,16 @@ fn ready_ips(slices: &[EndpointSlice]) -> Vec<IpAddr> {
     out
 }
 
+/// Whether the route `slice` points at the activator's `port`.
+fn routes_to(slice: &EndpointSlice, port: u16) -> bool {
+    slice
+        .ports
+        .iter()
+        .flatten()
+        .any(|p| p.port == Some(i32::from(port)))
+        && !slice.endpoints.is_empty()
+}
+
 /// The route's EndpointSlice: `service`'s port `port_name` served by `activators` on `port`.
 pub fn route_slice(
     namespace: &str,
@@ -247,10 +257,10 @@ impl ActivatorLink {
         let Some((service, config)) = hold_config(spec) else {
             return Ok(None);
         };
-        self.register(namespace, &service, &config).await?;
+        let port = self.register(namespace, &service, &config).await?;
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
         let name = route_slice_name(&service);
-        let routed = slices
+        let slice = slices
             .get_opt(&name)
             .await
             .map_err(|source| ActivatorLinkError::Api {
@@ -258,8 +268,10 @@ impl ActivatorLink {
                 namespace: namespace.to_owned(),
                 name: name.clone(),
                 source: Box::new(source),
-            })?
-            .is_some();
+            })?;
+        // A route to another port (the activator restarted and numbered its ports anew) is no
+        // route: the step writes it again.
+        let routed = slice.is_some_and(|s| routes_to(&s, port));
         let held = lock(&self.report)
             .services
             .iter()
@@ -424,7 +436,12 @@ mod tests {
             slice.metadata.name.as_deref(),
             Some("vllm-llmscaler-activator")
         );
-        let labels = slice.metadata.labels.unwrap();
+        assert!(routes_to(&slice, 18003));
+        assert!(
+            !routes_to(&slice, 18004),
+            "the activator renumbered its ports"
+        );
+        let labels = slice.metadata.labels.clone().unwrap();
         assert_eq!(labels[SERVICE_NAME_LABEL], "vllm");
         assert_eq!(labels[ENDPOINTSLICE_MANAGED_BY_LABEL], "llmscaler");
         assert_eq!(slice.address_type, "IPv4");
