@@ -410,3 +410,151 @@ mod tests {
         assert!(parse_ports("a-b").is_err());
     }
 }
+
+/// The data path without a cluster: a held Service whose Ready endpoints the test sets by hand.
+#[cfg(test)]
+mod data_path_tests {
+    use super::*;
+    use axum::body::Body;
+    use std::time::Instant;
+
+    /// A replica streaming three events 100 ms apart.
+    async fn replica() -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().fallback(|| async {
+            let events = futures::stream::unfold(0, |i| async move {
+                if i == 3 {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Some((
+                    Ok::<_, std::convert::Infallible>(format!("data: {i}\n\n")),
+                    i + 1,
+                ))
+            });
+            Body::from_stream(events)
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    }
+
+    /// A held Service (at most `max` held, `timeout_s` each) served on a loopback port; the
+    /// sender sets its Ready endpoints.
+    async fn held_service(
+        max: u32,
+        timeout_s: u32,
+    ) -> (Arc<Held>, watch::Sender<Vec<SocketAddr>>, SocketAddr) {
+        crate::process::install_crypto_provider();
+        let (ready_tx, ready) = watch::channel(Vec::new());
+        let (seq, _) = watch::channel(0);
+        let (stop, stop_rx) = watch::channel(false);
+        let held = Arc::new(Held {
+            namespace: "team-a".into(),
+            service: "vllm".into(),
+            listen_port: 0,
+            max_body_bytes: 1024,
+            forwarder: proxy::forwarder(),
+            config: Mutex::new(HoldConfig {
+                port: String::new(),
+                max_held_requests: max,
+                hold_timeout_seconds: timeout_s,
+            }),
+            queue: Mutex::new(HoldQueue::new(max as usize)),
+            ready,
+            next: AtomicUsize::new(0),
+            seq,
+            stop,
+        });
+        tokio::spawn(release_when_ready(held.clone(), stop_rx));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new()
+            .fallback(proxy::handle)
+            .with_state(held.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (held, ready_tx, addr)
+    }
+
+    /// Waits (on the report's sequence, no polling) until `held` holds `n` requests.
+    async fn until_held(held: &Held, n: usize) {
+        let mut seq = held.seq.subscribe();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while held.queue().len() != n {
+                seq.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn holds_up_to_the_bound_then_streams_the_held_requests_once_a_replica_is_ready() {
+        let replica = replica().await;
+        let (held, ready, addr) = held_service(2, 30).await;
+        let http = reqwest::Client::new();
+        let send = |http: reqwest::Client| async move {
+            let sent = Instant::now();
+            let mut response = http
+                .get(format!("http://{addr}/v1/x"))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let retry = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let (mut body, mut first) = (String::new(), None);
+            while let Some(chunk) = response.chunk().await.unwrap() {
+                first.get_or_insert_with(|| sent.elapsed());
+                body.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            (status, retry, body, first, sent.elapsed())
+        };
+        let a = tokio::spawn(send(http.clone()));
+        until_held(&held, 1).await;
+        let b = tokio::spawn(send(http.clone()));
+        until_held(&held, 2).await;
+        // The bound: the third is refused at once.
+        let (status, retry, body, _, _) = send(http.clone()).await;
+        assert_eq!((status, retry.as_deref()), (503, Some("30")), "{body}");
+        assert_eq!(held.report().refused_total, 1);
+        // A replica is Ready: both held requests go, and stream.
+        ready.send(vec![replica]).unwrap();
+        for task in [a, b] {
+            let (status, _, body, first, total) = task.await.unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(body, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+            let first = first.unwrap();
+            assert!(
+                total - first >= Duration::from_millis(150),
+                "streamed, not buffered: first event at {first:?}, end at {total:?}"
+            );
+        }
+        assert_eq!(held.report().held, 0);
+        // Ready: forwarded at once, nothing held.
+        let (status, ..) = send(http).await;
+        assert_eq!(status, 200);
+        assert_eq!(held.report().held_total, 2);
+    }
+
+    #[tokio::test]
+    async fn a_hold_times_out_with_retry_after_and_leaves_the_queue() {
+        let (held, _ready, addr) = held_service(5, 1).await;
+        let response = reqwest::get(format!("http://{addr}/")).await.unwrap();
+        assert_eq!(response.status().as_u16(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert_eq!(held.report().held, 0);
+        assert_eq!(held.report().held_total, 1);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_leaves_the_queue() {
+        let (held, _ready, addr) = held_service(5, 30).await;
+        let request = tokio::spawn(reqwest::get(format!("http://{addr}/")));
+        until_held(&held, 1).await;
+        request.abort();
+        until_held(&held, 0).await;
+    }
+}
