@@ -233,6 +233,8 @@ async fn main() -> anyhow::Result<()> {
         .await
         .ok();
 
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
     let added50 = p50 - d50;
     let added99 = p99 - d99;
     let ratio = t_proxied / t_direct;
@@ -261,7 +263,9 @@ async fn main() -> anyhow::Result<()> {
          budget.\n\n\
          In steady state the activator is not in the path at all: the operator deletes its \
          EndpointSlice once a replica is Ready (`e2e/tests/activator.rs` checks the route is gone \
-         after each wake-up).\n",
+         after each wake-up).\n\n\
+         Machine at the end of the run: {cores} cores, /proc/loadavg `{load}`.\n",
+        load = load.trim(),
         note = if args.note.is_empty() {
             String::new()
         } else {
