@@ -11,3 +11,5 @@ helm="${1:-${LLMSCALER_HELM:-helm}}"
 "$helm" template llmscaler ./llmscaler --namespace llmscaler-system \
   --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true \
   --set dashboard.enabled=true > rendered/monitoring.yaml
+"$helm" template llmscaler ./llmscaler --namespace llmscaler-system \
+  --set activator.enabled=true > rendered/activator.yaml

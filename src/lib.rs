@@ -15,9 +15,12 @@
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
 //! - [`convert`]: KEDA ScaledObject / HPA manifests to LLMScalers (`llmscaler convert`).
 //! - [`release`]: handing a workload's `spec.replicas` back (`llmscaler release`).
+//! - [`activator`]: `llmscaler activator`, which holds a Service's requests while its fleet
+//!   wakes from zero (docs/scaling.md#holding-requests-while-waking-from-zero).
 //! - [`process`]: the one process set-up (crypto provider, tracing, runtime, signals).
 //! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
+pub mod activator;
 pub mod controller;
 pub mod convert;
 pub mod engine;

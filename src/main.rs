@@ -46,6 +46,9 @@ enum Command {
     Release(llmscaler::release::ReleaseArgs),
     /// Run the operator: the controller behind a Lease, and the metrics endpoints.
     Run(Box<llmscaler::run::RunArgs>),
+    /// Hold the requests of Services whose fleet is at zero while the first replica loads, and
+    /// forward them once it is Ready (the operator routes the Services here).
+    Activator(llmscaler::activator::ActivatorArgs),
     /// Serve the admission webhook alone (no cluster) with a certificate and key from files,
     /// reloaded when they change.
     Webhook(llmscaler_webhooks::cli::WebhookArgs),
@@ -143,6 +146,9 @@ fn main() -> ExitCode {
         Command::Release(args) => llmscaler::release::run(&args),
         Command::Run(args) => process::run(cli.log_format, |shutdown| {
             llmscaler::run::run(*args, shutdown)
+        }),
+        Command::Activator(args) => process::run(cli.log_format, |shutdown| {
+            llmscaler::activator::run(args, shutdown)
         }),
         Command::Webhook(args) => process::run(cli.log_format, |shutdown| async move {
             llmscaler_webhooks::cli::serve(&args, shutdown.wait()).await

@@ -60,6 +60,15 @@ pub struct RunArgs {
     /// (`e2e/tests/faults.rs`). Hidden from `--help`.
     #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
     pub test_clock_offset_seconds: i64,
+    /// The activator's Service, `NAMESPACE/NAME`: scalers with `spec.scaleToZero.holdRequests`
+    /// route their Service to its Ready pods while at zero
+    /// (docs/scaling.md#holding-requests-while-waking-from-zero). Needs
+    /// `--activator-control-url`.
+    #[arg(long, requires = "activator_control_url", value_parser = parse_service)]
+    pub activator: Option<(String, String)>,
+    /// The activator's control API, e.g. `http://llmscaler-activator.llmscaler-system:9090/`.
+    #[arg(long, requires = "activator")]
+    pub activator_control_url: Option<url::Url>,
     /// The operator-wide policy (`docs/security.md`), enforced by admission and the controller.
     #[command(flatten)]
     pub policy: llmscaler_webhooks::cli::PolicyArgs,
@@ -90,6 +99,9 @@ pub enum RunError {
     /// The admission webhook failed (certificates or serving).
     #[error("admission webhook: {0}")]
     Webhook(#[source] llmscaler_webhooks::Error),
+    /// The activator's HTTP client could not be built.
+    #[error("cannot build the activator's HTTP client: {0}")]
+    ActivatorClient(#[source] reqwest::Error),
     /// The operator policy flags do not parse.
     #[error("operator policy: {0}")]
     Policy(String),
@@ -153,7 +165,19 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         telemetry.set_ready(true);
     }
 
+    let activator = match (&args.activator, &args.activator_control_url) {
+        (Some(service), Some(url)) => Some(Arc::new(
+            controller::activator::ActivatorLink::new(service.clone(), url.clone())
+                .map_err(RunError::ActivatorClient)?,
+        )),
+        _ => None,
+    };
+    let poll = activator.clone().map(|link| {
+        tracing::info!(service = ?link.service, "requests are held by the activator while fleets wake from zero");
+        tokio::spawn(async move { link.poll().await })
+    });
     let operator = Operator {
+        activator,
         client,
         metrics_client,
         policy,
@@ -170,6 +194,9 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
     } else {
         operator.run_elected(&args, &shutdown).await
     };
+    if let Some(poll) = poll {
+        poll.abort();
+    }
     let _ = webhook_stop_tx.send(true);
     let webhook_result = match webhook {
         Some(task) => match task.await {
@@ -245,6 +272,8 @@ fn spawn_webhook(
 
 /// The controller side of the process.
 struct Operator {
+    /// The activator link (`--activator`), shared by every controller.
+    activator: Option<Arc<controller::activator::ActivatorLink>>,
     client: kube::Client,
     metrics_client: MetricsClient,
     /// The operator policy of the flags, for every controller's context.
@@ -294,6 +323,7 @@ impl Operator {
             ctx.clock = self.clock.clone();
             ctx.previous_leader_behind_ms = previous_leader_behind_ms;
             ctx.policy = self.policy.clone();
+            ctx.activator = self.activator.clone();
             let ctx = Arc::new(ctx);
             let mut stop = stop_rx.clone();
             Box::pin(controller::run(ctx, scope, async move {
@@ -442,6 +472,18 @@ async fn wait_listening(addr: SocketAddr) {
     }
     while tokio::net::TcpStream::connect(target).await.is_err() {
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Parses `NAMESPACE/NAME`.
+fn parse_service(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!(
+            "{raw:?}: expected NAMESPACE/NAME of the activator's Service"
+        )),
     }
 }
 

@@ -61,9 +61,10 @@ fn prometheus_warnings(spec: &LLMScalerSpec, warnings: &mut Vec<String>) {
             ));
         }
     }
-    if spec.min_replicas == 0 && spec.max_replicas > 0 && spec.activation.is_none() {
+    let holds = spec.scale_to_zero.as_ref().is_some_and(ScaleToZero::holds);
+    if spec.min_replicas == 0 && spec.max_replicas > 0 && spec.activation.is_none() && !holds {
         warnings.push(
-            "spec.minReplicas is 0 without spec.activation: at zero pods the per-pod metrics have no series, every metric is skipped and the fleet is held at zero; it may never wake. Add spec.activation with a query on a series that exists without pods (a gateway's queue or request rate)".to_string(),
+            "spec.minReplicas is 0 without spec.activation or spec.scaleToZero.holdRequests: at zero pods the per-pod metrics have no series, every metric is skipped and the fleet is held at zero; it may never wake. Add spec.activation with a query on a series that exists without pods (a gateway's queue or request rate), or hold the Service's requests with spec.scaleToZero".to_string(),
         );
     }
 }

@@ -63,6 +63,13 @@ pub const PAUSED_ANNOTATION: &str = "autoscaling.modelsphere.dev/paused";
 /// Name of the Lease used for leader election, in the operator's namespace.
 pub const LEASE_NAME: &str = "llmscaler-leader";
 
+/// The EndpointSlice label naming the controller that manages the slice.
+pub const ENDPOINTSLICE_MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+
+/// The value of [`ENDPOINTSLICE_MANAGED_BY_LABEL`] on the slices the operator writes to route
+/// a Service to the activator (docs/scaling.md#holding-requests-while-waking-from-zero).
+pub const ENDPOINTSLICE_MANAGER: &str = "llmscaler";
+
 /// Defines a closed set of names: an enum, its `as_str`, `ALL` and `Display`.
 macro_rules! names {
     ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident),+ $(,)? }) => {

@@ -181,6 +181,73 @@ pub struct LLMScalerSpec {
     /// (`status.startupSeconds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<Startup>,
+
+    /// Opt-in holding of requests while the fleet wakes from zero
+    /// (docs/scaling.md#holding-requests-while-waking-from-zero): while the target has no Ready
+    /// replica, the workload's Service routes to the activator, which holds each request, wakes
+    /// the fleet at once and forwards the held requests to the first Ready replica. Needs the
+    /// operator's activator (`--activator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_to_zero: Option<ScaleToZero>,
+}
+
+/// Requests held while the fleet wakes from zero
+/// (docs/scaling.md#holding-requests-while-waking-from-zero).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleToZero {
+    /// Route the Service to the activator while no replica is Ready, and hold its requests.
+    /// Default `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_requests: Option<bool>,
+    /// The Service of the workload, in the scaler's namespace (a DNS label). Required with
+    /// `holdRequests: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The name of the Service port whose requests are held (as in the Service's
+    /// `spec.ports[].name`); default `""`, a Service's single unnamed port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+    /// At most this many requests held at once, 1 to 10000; beyond it `503` with `Retry-After`.
+    /// Default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_held_requests: Option<i32>,
+    /// Seconds a request is held at most, 1 to 600; then `503` with `Retry-After`. Default 300
+    /// (a model load of minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 600))]
+    pub hold_timeout_seconds: Option<i32>,
+}
+
+/// [`ScaleToZero::max_held_requests`]'s default, requests.
+pub const DEFAULT_MAX_HELD_REQUESTS: i32 = 100;
+/// [`ScaleToZero::hold_timeout_seconds`]'s default, seconds.
+pub const DEFAULT_HOLD_TIMEOUT_SECONDS: i32 = 300;
+/// [`ScaleToZero::hold_timeout_seconds`]'s largest value, seconds.
+pub const MAX_HOLD_TIMEOUT_SECONDS: i32 = 600;
+
+impl ScaleToZero {
+    /// Whether requests are held (`holdRequests: true`).
+    pub fn holds(&self) -> bool {
+        self.hold_requests.unwrap_or(false)
+    }
+
+    /// `maxHeldRequests` or its default, requests.
+    pub fn effective_max_held_requests(&self) -> i32 {
+        self.max_held_requests.unwrap_or(DEFAULT_MAX_HELD_REQUESTS)
+    }
+
+    /// `holdTimeoutSeconds` or its default, seconds.
+    pub fn effective_hold_timeout_seconds(&self) -> i32 {
+        self.hold_timeout_seconds
+            .unwrap_or(DEFAULT_HOLD_TIMEOUT_SECONDS)
+    }
+
+    /// `port` or `""`.
+    pub fn effective_port(&self) -> &str {
+        self.port.as_deref().unwrap_or("")
+    }
 }
 
 /// The queueing capacity recommender (docs/scaling.md#capacity-recommender): the fewest replicas
@@ -708,6 +775,7 @@ impl LLMScalerSpec {
             scale_up: None,
             mode: None,
             activation: None,
+            scale_to_zero: None,
             schedules: None,
             preemption: None,
             capacity: None,

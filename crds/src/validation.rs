@@ -105,7 +105,77 @@ pub fn validate_spec(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Vec<Field
     validate_activation(spec, &mut errors);
     validate_capacity(spec, &mut errors);
     validate_startup(spec, &mut errors);
+    validate_scale_to_zero(spec, &mut errors);
     errors
+}
+
+/// Whether `name` is a DNS-1035 label (a Service name): 1 to 63 of `a-z`, `0-9`, `-`,
+/// starting with a letter and ending with a letter or digit.
+fn is_dns_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+fn validate_scale_to_zero(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let Some(stz) = &spec.scale_to_zero else {
+        return;
+    };
+    match stz.service.as_deref() {
+        None if stz.holds() => errors.push(FieldError::new(
+            "spec.scaleToZero.service",
+            "required with holdRequests: true (the workload's Service in this namespace)",
+        )),
+        Some(name) if !is_dns_label(name) => errors.push(FieldError::new(
+            "spec.scaleToZero.service",
+            format!("{name:?} is not a Service name (a DNS label: a-z, 0-9, '-', at most 63)"),
+        )),
+        _ => {}
+    }
+    if let Some(port) = stz.port.as_deref()
+        && !port.is_empty()
+        && !(port.len() <= 15
+            && port
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'))
+    {
+        errors.push(FieldError::new(
+            "spec.scaleToZero.port",
+            format!("{port:?} is not a Service port name (a-z, 0-9, '-', at most 15)"),
+        ));
+    }
+    if let Some(max) = stz.max_held_requests
+        && !(1..=10_000).contains(&max)
+    {
+        errors.push(FieldError::new(
+            "spec.scaleToZero.maxHeldRequests",
+            format!("{max} must be 1 to 10000"),
+        ));
+    }
+    if let Some(timeout) = stz.hold_timeout_seconds
+        && !(1..=crate::types::MAX_HOLD_TIMEOUT_SECONDS).contains(&timeout)
+    {
+        errors.push(FieldError::new(
+            "spec.scaleToZero.holdTimeoutSeconds",
+            format!(
+                "{timeout} must be 1 to {} seconds",
+                crate::types::MAX_HOLD_TIMEOUT_SECONDS
+            ),
+        ));
+    }
+    if stz.holds() && spec.max_replicas < 1 {
+        errors.push(FieldError::new(
+            "spec.scaleToZero.holdRequests",
+            "needs maxReplicas of 1 or more: held requests wake the fleet to one replica",
+        ));
+    }
 }
 
 /// Parses `activation.threshold`: a plain finite number, 0 or more (unset: 0).
@@ -914,6 +984,62 @@ mod tests {
             .into_iter()
             .map(|e| e.path)
             .collect()
+    }
+
+    #[test]
+    fn scale_to_zero_names_each_bad_field() {
+        use crate::types::ScaleToZero;
+        let mut spec = valid();
+        spec.min_replicas = 0;
+        spec.scale_to_zero = Some(ScaleToZero {
+            hold_requests: Some(true),
+            service: Some("vllm".into()),
+            ..ScaleToZero::default()
+        });
+        assert!(paths(&spec).is_empty(), "{:?}", paths(&spec));
+        spec.scale_to_zero = Some(ScaleToZero {
+            hold_requests: Some(true),
+            ..ScaleToZero::default()
+        });
+        assert_eq!(paths(&spec), ["spec.scaleToZero.service"]);
+        spec.scale_to_zero = Some(ScaleToZero {
+            hold_requests: Some(true),
+            service: Some("Other_NS/svc".into()),
+            port: Some("HTTP PORT".into()),
+            max_held_requests: Some(0),
+            hold_timeout_seconds: Some(601),
+        });
+        assert_eq!(
+            paths(&spec),
+            [
+                "spec.scaleToZero.service",
+                "spec.scaleToZero.port",
+                "spec.scaleToZero.maxHeldRequests",
+                "spec.scaleToZero.holdTimeoutSeconds",
+            ]
+        );
+        // Held requests wake a fleet at zero: no "may never wake" warning with them.
+        let mut at_zero = valid();
+        at_zero.min_replicas = 0;
+        let never_wakes = |s: &LLMScalerSpec| {
+            crate::spec_warnings(s)
+                .iter()
+                .any(|w| w.contains("may never wake"))
+        };
+        assert!(never_wakes(&at_zero));
+        at_zero.scale_to_zero = Some(ScaleToZero {
+            hold_requests: Some(true),
+            service: Some("vllm".into()),
+            ..ScaleToZero::default()
+        });
+        assert!(!never_wakes(&at_zero));
+        spec.max_replicas = 0;
+        spec.scale_to_zero = Some(ScaleToZero {
+            hold_requests: Some(true),
+            service: Some("vllm".into()),
+            ..ScaleToZero::default()
+        });
+        assert_eq!(paths(&spec), ["spec.scaleToZero.holdRequests"]);
     }
 
     #[test]

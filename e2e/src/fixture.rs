@@ -84,13 +84,22 @@ impl World {
     /// # Errors
     /// When any part fails to start.
     pub async fn new(prefix: &str) -> anyhow::Result<Self> {
+        Self::with_values(prefix, &[]).await
+    }
+
+    /// [`World::new`] with the chart's RBAC rendered with `values` (`--set` items, e.g.
+    /// `activator.enabled=true`).
+    ///
+    /// # Errors
+    /// When any part fails to start.
+    pub async fn with_values(prefix: &str, values: &[&str]) -> anyhow::Result<Self> {
         install_crd()?;
         let client = client().await?;
         let ns = TestNamespace::create(&client, prefix).await?;
         // The release is named after the namespace, so the chart's names (ServiceAccount,
         // webhook configurations, certificate Secret, all `<namespace>-llmscaler...`) are the
         // ones its `resourceNames` RBAC allows (docs/security.md#rbac).
-        let rbac = Rbac::install(ns.name(), ns.name(), &[])?;
+        let rbac = Rbac::install(ns.name(), ns.name(), values)?;
         let exporter = Exporter::start().await?;
         let prometheus = Prometheus::start(exporter.addr).await?;
         Ok(Self {

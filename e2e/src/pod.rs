@@ -2,7 +2,7 @@
 //! `charts/vllm-emulator`) and its graceful-drain preStop (`vllm-emulator drain`).
 //!
 //! `serve` answers `POST /v1/completions` (`{"max_tokens": N}`, default 16) after decoding N
-//! tokens at `--tokens-per-second`, at most `--max-running` requests at once (the rest wait in
+//! tokens at `--tokens-per-second` (with `"stream": true`, as server-sent events, one per token), at most `--max-running` requests at once (the rest wait in
 //! order), and exports `vllm:num_requests_running`, `vllm:num_requests_waiting` and
 //! `vllm:request_success_total` on `/metrics`; `/health` answers 200. On SIGTERM it stops
 //! accepting connections and finishes the requests it holds for at most
@@ -65,7 +65,7 @@ struct Server {
     running: AtomicUsize,
     waiting: AtomicUsize,
     success: AtomicU64,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     tokens_per_second: f64,
     model: String,
 }
@@ -86,16 +86,68 @@ impl Drop for Gauge<'_> {
     }
 }
 
+/// Decrements `running` when a streamed answer ends or its client goes away.
+struct Streaming(Arc<Server>);
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A `"stream": true` answer: one server-sent event per token at the decode speed, then
+/// `data: [DONE]` (vLLM's OpenAI-compatible stream).
+async fn stream_completion(server: Arc<Server>, tokens: u64) -> axum::response::Response {
+    let permit = {
+        let _waiting = Gauge::enter(&server.waiting);
+        server.slots.clone().acquire_owned().await
+    };
+    let Ok(permit) = permit else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    };
+    server.running.fetch_add(1, Ordering::SeqCst);
+    let interval = Duration::from_secs_f64(1.0 / server.tokens_per_second);
+    let state = (0_u64, Streaming(server), permit);
+    let events = futures::stream::unfold(state, move |(i, running, permit)| async move {
+        if i > tokens {
+            return None;
+        }
+        if i == tokens {
+            running.0.success.fetch_add(1, Ordering::SeqCst);
+            let done = axum::body::Bytes::from_static(b"data: [DONE]\n\n");
+            return Some((
+                Ok::<_, std::convert::Infallible>(done),
+                (i + 1, running, permit),
+            ));
+        }
+        tokio::time::sleep(interval).await;
+        let event = format!(
+            "data: {}\n\n",
+            json!({"object": "text_completion", "model": running.0.model,
+                   "choices": [{"index": 0, "text": "x", "finish_reason": null}]})
+        );
+        Some((Ok(axum::body::Bytes::from(event)), (i + 1, running, permit)))
+    });
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        axum::body::Body::from_stream(events),
+    )
+        .into_response()
+}
+
 async fn completions(
     State(server): State<Arc<Server>>,
     body: axum::body::Bytes,
-) -> impl IntoResponse {
+) -> axum::response::Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let tokens = request
         .get("max_tokens")
         .and_then(Value::as_u64)
         .unwrap_or(16)
         .min(100_000);
+    if request.get("stream").and_then(Value::as_bool) == Some(true) {
+        return stream_completion(server, tokens).await;
+    }
     let permit = {
         let _waiting = Gauge::enter(&server.waiting);
         server.slots.acquire().await
@@ -104,7 +156,8 @@ async fn completions(
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"error": "shutting down"})),
-        );
+        )
+            .into_response();
     };
     {
         let _running = Gauge::enter(&server.running);
@@ -124,6 +177,7 @@ async fn completions(
             "usage": {"completion_tokens": tokens},
         })),
     )
+        .into_response()
 }
 
 /// The Prometheus text of the server's gauges and counter.
@@ -161,7 +215,7 @@ pub async fn serve(args: ServeArgs, shutdown: llmscaler::process::Shutdown) -> a
         running: AtomicUsize::new(0),
         waiting: AtomicUsize::new(0),
         success: AtomicU64::new(0),
-        slots: Semaphore::new(args.max_running.max(1)),
+        slots: Arc::new(Semaphore::new(args.max_running.max(1))),
         tokens_per_second: args.tokens_per_second.max(0.001),
         model: args.model.clone(),
     });

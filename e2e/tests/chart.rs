@@ -140,6 +140,7 @@ fn helm_template_matches_the_checked_in_renders() -> anyhow::Result<()> {
         ("default.yaml", &[][..]),
         ("out-of-cluster.yaml", &OUT_OF_CLUSTER[..]),
         ("monitoring.yaml", &MONITORING[..]),
+        ("activator.yaml", &["--set", "activator.enabled=true"][..]),
     ] {
         let rendered = render(args)?;
         let committed = std::fs::read_to_string(repo().join("charts/rendered").join(file))?;
@@ -678,6 +679,76 @@ fn watch_namespaces_give_namespaced_rbac_and_scope_the_webhooks() -> anyhow::Res
     assert!(
         docs.iter()
             .all(|d| d["metadata"]["name"] != "llmscaler-watch")
+    );
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs helm from e2e/install-deps"]
+fn the_activator_reads_endpoint_slices_only_and_has_pods_of_its_own() -> anyhow::Result<()> {
+    let docs: Vec<serde_json::Value> = documents(&render(&["--set", "activator.enabled=true"])?)
+        .into_iter()
+        .map(|d| serde_json::to_value(d).unwrap())
+        .collect();
+    let named = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    // Its only API right: reading EndpointSlices (docs/security.md#activator).
+    let role = named("ClusterRole", "llmscaler-activator");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                            "verbs": ["get", "list", "watch"]}])
+    );
+    // Neither the operator's Deployment nor its Service selects the activator's pods.
+    let activator = named("Deployment", "llmscaler-activator");
+    let operator = named("Deployment", "llmscaler");
+    let pod_labels = &activator["spec"]["template"]["metadata"]["labels"];
+    for selector in [
+        &operator["spec"]["selector"]["matchLabels"],
+        &named("Service", "llmscaler")["spec"]["selector"],
+    ] {
+        let selects = selector
+            .as_object()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| &pod_labels[k] == v);
+        assert!(
+            !selects,
+            "{selector} selects the activator's pods {pod_labels}"
+        );
+    }
+    // The operator is told where it is, and may write the route's EndpointSlices.
+    let args = operator["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--activator=llmscaler-system/llmscaler-activator"),
+        "{args}"
+    );
+    assert!(
+        args.contains(
+            "--activator-control-url=http://llmscaler-activator.llmscaler-system.svc:9090/"
+        ),
+        "{args}"
+    );
+    let operator_role = named("ClusterRole", "llmscaler");
+    assert!(
+        operator_role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "endpointslices"
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == "delete")),
+        "{operator_role}"
+    );
+    // Off by default.
+    let default = documents(&render(&[])?);
+    assert!(
+        !default
+            .iter()
+            .any(|d| d["metadata"]["name"] == "llmscaler-activator")
     );
     Ok(())
 }

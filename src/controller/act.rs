@@ -73,6 +73,23 @@ async fn one(
                 .map_err(|e| e.to_string())?;
             ctx.telemetry.count_write(namespace, name, "replicas");
         }
+        Effect::ActivatorRoute { on } => {
+            let Some(link) = ctx.activator.as_ref() else {
+                return Err("no activator configured (--activator)".to_owned());
+            };
+            ctx.leadership.check().map_err(|e| e.to_string())?;
+            link.set_route(&ctx.client, namespace, spec, *on)
+                .await
+                .map_err(|e| e.to_string())?;
+            ctx.telemetry
+                .count_write(namespace, name, "activator_route");
+            tracing::info!(
+                namespace,
+                name,
+                on,
+                "routed the Service to the activator: {on}"
+            );
+        }
         Effect::Event(event) => {
             events::publish(ctx, sync.scaler, std::slice::from_ref(event)).await
         }

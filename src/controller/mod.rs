@@ -18,6 +18,7 @@
 //! `metadata.generation` so the operator's own status writes do not re-trigger a sync.
 
 pub(crate) mod act;
+pub mod activator;
 pub mod competitors;
 mod events;
 pub mod history;
@@ -157,6 +158,9 @@ pub struct Context {
     pub leadership: Leadership,
     /// How long to wait for pod-deletion-cost marks to become visible before a scale-down.
     pub mark_deadline: Duration,
+    /// The activator, when the operator runs with `--activator`
+    /// (docs/scaling.md#holding-requests-while-waking-from-zero).
+    pub activator: Option<Arc<activator::ActivatorLink>>,
     /// The operator policy (`docs/security.md`) specs are re-checked against every sync; the
     /// default (no allow-list, no cap) until the caller sets the flags' policy.
     pub policy: llmscaler_api::OperatorPolicy,
@@ -209,6 +213,7 @@ impl Context {
             previous_leader_behind_ms: 0,
             leadership,
             mark_deadline: Duration::from_secs(5),
+            activator: None,
             policy: llmscaler_api::OperatorPolicy::default(),
             max_concurrent_syncs: DEFAULT_MAX_CONCURRENT_SYNCS,
             states: States::default(),
@@ -255,8 +260,10 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(spec_or_pause, Default::default());
     let config = kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_syncs);
+    let woken = woken_scalers(&ctx, ctx.scalers.clone());
     Controller::for_stream(stream, reader)
         .with_config(config)
+        .reconcile_on(woken)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -268,6 +275,44 @@ pub async fn run(
     if let Some(task) = hpa_cache {
         task.abort();
     }
+}
+
+/// The scalers to sync at once because the activator holds a request for their Service
+/// (docs/scaling.md#holding-requests-while-waking-from-zero); an empty stream without an
+/// activator.
+fn woken_scalers(
+    ctx: &Context,
+    store: Store<LLMScaler>,
+) -> futures::stream::BoxStream<'static, ObjectRef<LLMScaler>> {
+    let Some(link) = ctx.activator.clone() else {
+        return futures::stream::empty().boxed();
+    };
+    let rx = link.subscribe();
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(key) => return Some((key, rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .flat_map(move |(namespace, service)| {
+        let refs: Vec<ObjectRef<LLMScaler>> = store
+            .state()
+            .iter()
+            .filter(|s| {
+                s.namespace().as_deref() == Some(namespace.as_str())
+                    && s.spec
+                        .scale_to_zero
+                        .as_ref()
+                        .is_some_and(|z| z.holds() && z.service.as_deref() == Some(&service))
+            })
+            .map(|s| ObjectRef::from_obj(s.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    })
+    .boxed()
 }
 
 /// Starts the one watch that fills [`Context::hpas`] (every namespace, or `namespace`). A watch
@@ -523,7 +568,8 @@ async fn sync_once(sync: &SyncContext<'_>, step: &mut Scaler) -> (Result<(), Sta
         }
         Observation::SourceFailed(err) => conditions::source_failed(&err.to_string()),
         Observation::Observed(observed) => {
-            let input = step_input(&observed, sync, &spec);
+            let mut input = step_input(&observed, sync, &spec);
+            input.activator = observe_activator(sync, &spec).await;
             let plan = step.step(&input);
             let write = act::carry_out(sync, &spec, &observed.resource, &plan).await;
             let reported = report::report(sync, &spec, &observed, &plan, write).await;
@@ -533,6 +579,22 @@ async fn sync_once(sync: &SyncContext<'_>, step: &mut Scaler) -> (Result<(), Sta
         }
     };
     (report::failed(sync, failed).await, retry)
+}
+
+/// The activator's view for the step, when the operator has an activator and the scaler holds
+/// requests; a failure is logged and leaves the route as it is (`None`).
+async fn observe_activator(
+    sync: &SyncContext<'_>,
+    spec: &LLMScalerSpec,
+) -> Option<step::ActivatorView> {
+    let link = sync.ctx.activator.as_ref()?;
+    match link.observe(&sync.ctx.client, sync.namespace, spec).await {
+        Ok(view) => view,
+        Err(err) => {
+            tracing::warn!(namespace = sync.namespace, name = sync.name, error = %err, "cannot read the activator; the route stays as it is");
+            None
+        }
+    }
 }
 
 /// The step's input from what `observe` read, borrowing the typed errors.
@@ -567,6 +629,7 @@ fn step_input<'a>(
         acting: step::Acting::of(sync.scaler, spec),
         competitor: observed.competitor.clone(),
         status: sync.scaler.status.as_ref(),
+        activator: None,
     }
 }
 

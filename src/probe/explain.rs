@@ -55,6 +55,7 @@ pub fn explain<E: Clone + Display>(
         pods: None,
         in_flight: None,
         deletion_costs: None,
+        activator: None,
         acting: Acting::Active,
         competitor: None,
         status: None,

@@ -121,6 +121,7 @@ pub(crate) fn observation<'a>(
         pods: None,
         in_flight: None,
         deletion_costs: None,
+        activator: None,
         acting: Acting::Active,
         competitor: None,
         status,

@@ -168,6 +168,7 @@ pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step>
                 pods: None,
                 in_flight: None,
                 deletion_costs: None,
+                activator: None,
                 acting: acting.clone(),
                 competitor: None,
                 status: None,

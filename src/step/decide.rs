@@ -44,8 +44,10 @@ impl Scaler {
         }
         let now = Timestamp::from_millisecond(observed.now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
         let active = engine::schedule::apply(&mut policy, &self.schedules, now);
-        // At zero, the activation signal raises the floor to one replica (the ceiling wins).
-        let woken = wakes(spec, observed.activation.as_ref())
+        // At zero, the activation signal or a request held by the activator raises the floor
+        // to one replica (the ceiling wins).
+        let woken = (wakes(spec, observed.activation.as_ref())
+            || super::route::held_wakes(spec, observed.activator.as_ref()))
             && target.spec_replicas == 0
             && policy.max_replicas > 0;
         if woken {

@@ -135,7 +135,19 @@ const TABLE: &[(&str, [Handling; 5])] = &[
     ),
     ("capacity", [A, R, A, A, A]),
     ("startup", [A, A, A, A, A]),
+    (
+        "scaleToZero",
+        [
+            A,
+            Na(NO_HELD),
+            Na(NO_HELD),
+            Na(NO_HELD),
+            Na("shows the metrics' decision; the activator's held requests are not read"),
+        ],
+    ),
 ];
+
+const NO_HELD: &str = "no activator: no request is held";
 
 /// The spec's field paths in the CRD schema: every property of `spec`, and of `spec.scaleDown`
 /// (whose fields callers treat differently).
@@ -169,6 +181,7 @@ fn spec_with(field: &str) -> LLMScalerSpec {
             json!({"capacity": {"arrivalRateQuery": "sum(rate(x[1m]))", "replicaRequestsPerSecond": "2"}})
         }
         "activation" => json!({"activation": {"query": "sum(q)"}}),
+        "scaleToZero" => json!({"scaleToZero": {"holdRequests": true, "service": "vllm"}}),
         "scaleDown.drain" => json!({"scaleDown": {"drain": {}}}),
         "serverHeadersFrom" => {
             json!({"serverHeadersFrom": [{"name": "Authorization", "secretKeyRef": {"name": "s", "key": "k"}}]})

@@ -15,6 +15,7 @@ mod decide;
 mod drain;
 #[cfg(test)]
 mod fields;
+mod route;
 #[cfg(test)]
 mod tests;
 pub mod victims;
@@ -140,6 +141,19 @@ pub struct Observation<'a, E> {
     pub competitor: Option<String>,
     /// The scaler's status before this sync (contest memory, pause, drain clock).
     pub status: Option<&'a LLMScalerStatus>,
+    /// The activator's view of the scaler's Service, under `spec.scaleToZero.holdRequests`
+    /// with an activator configured; `None` otherwise.
+    pub activator: Option<ActivatorView>,
+}
+
+/// What a sync knows of the activator for one scaler
+/// (docs/scaling.md#holding-requests-while-waking-from-zero).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ActivatorView {
+    /// Requests the activator holds for the scaler's Service now.
+    pub held: u64,
+    /// The Service routes to the activator (the operator's EndpointSlice exists).
+    pub routed: bool,
 }
 
 /// What a sync must read before its step, besides the target and the metrics (decided by the
@@ -181,6 +195,12 @@ pub enum Effect {
     },
     /// Publish an Event on the scaler.
     Event(EventSpec),
+    /// Route the scaler's Service to the activator (`on`: its EndpointSlice is created) or stop
+    /// (`off`: deleted), docs/scaling.md#holding-requests-while-waking-from-zero.
+    ActivatorRoute {
+        /// Whether the Service routes to the activator after the effect.
+        on: bool,
+    },
 }
 
 impl Effect {
@@ -189,7 +209,9 @@ impl Effect {
         match self {
             Effect::Rotation { .. } => WriteOutcome::DrainFailed(message),
             Effect::Marks(_) => WriteOutcome::MarkFailed(message),
-            Effect::Replicas { .. } | Effect::Event(_) => WriteOutcome::WriteFailed(message),
+            Effect::Replicas { .. } | Effect::Event(_) | Effect::ActivatorRoute { .. } => {
+                WriteOutcome::WriteFailed(message)
+            }
         }
     }
 }
@@ -369,6 +391,7 @@ impl Scaler {
         if let Some(event) = decide::advice(&self.spec, &mut self.memory, observed, &plan) {
             plan.effects.push(Effect::Event(event));
         }
+        route::plan(&self.spec, observed, &mut plan);
         plan.draining = drain::status(self.memory.drain.as_ref());
         plan.startup_seconds = self
             .spec

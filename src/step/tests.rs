@@ -98,6 +98,7 @@ fn observation<'a>(
         pods: Some(Ok(Vec::new())),
         in_flight: None,
         deletion_costs: None,
+        activator: None,
         acting: Acting::of(scaler, &scaler.spec),
         competitor: None,
         status: scaler.status.as_ref(),
@@ -631,4 +632,107 @@ fn the_operator_and_the_replay_take_the_same_steps() {
             .any(|s| s.rotation.iter().any(|(_, v)| *v == ROTATION_OUT)),
         "{walk:?}"
     );
+}
+
+/// A scaler holding requests at zero (`spec.scaleToZero.holdRequests`), min 0.
+fn holding_scaler() -> LLMScaler {
+    let mut scaler = scaler(None);
+    scaler.spec.min_replicas = 0;
+    scaler.spec.scale_to_zero = Some(llmscaler_api::ScaleToZero {
+        hold_requests: Some(true),
+        service: Some("vllm".into()),
+        ..Default::default()
+    });
+    scaler
+}
+
+/// One step of a fresh `scaler` on a target at `spec`/`ready` replicas, metric `value`, the
+/// activator holding `held` requests with the route `routed`.
+fn route_step(
+    scaler: &LLMScaler,
+    (spec, ready): (i32, i32),
+    value: Option<f64>,
+    (held, routed): (u64, bool),
+) -> Plan<String> {
+    let mut step = Scaler::new(&scaler.spec, None);
+    let mut seen = target(spec, &["llmscaler"]);
+    seen.ready_replicas = ready;
+    let mut observed = observation(scaler, seen, value, 1_700_000_000_000);
+    observed.activator = Some(ActivatorView { held, routed });
+    step.step(&observed)
+}
+
+fn routes(plan: &Plan<String>) -> Vec<(usize, bool)> {
+    plan.effects
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            Effect::ActivatorRoute { on } => Some((i, *on)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_held_request_wakes_the_fleet_at_zero_and_the_route_stays_until_a_replica_is_ready() {
+    let scaler = holding_scaler();
+    // At zero, routed, one request held, no metric data (no pods): woken to 1, route kept.
+    let plan = route_step(&scaler, (0, 0), None, (1, true));
+    assert!(plan.woken);
+    assert_eq!(plan.write.as_ref().map(|w| (w.from, w.to)), Some((0, 1)));
+    assert_eq!(routes(&plan), []);
+    // Nothing held: stays at zero.
+    let plan = route_step(&scaler, (0, 0), None, (0, true));
+    assert!(!plan.woken);
+    assert_eq!(plan.decision.replicas, 0);
+    // Held requests never wake without holdRequests.
+    let mut off = holding_scaler();
+    off.spec.scale_to_zero = None;
+    assert!(!route_step(&off, (0, 0), None, (3, true)).woken);
+    // Starting (1 wanted, none Ready): the route stays on.
+    let plan = route_step(&scaler, (1, 0), Some(2.0), (0, true));
+    assert_eq!(routes(&plan), []);
+    // At zero but the route missing (a fresh scaler, or a failed write): on.
+    let plan = route_step(&scaler, (0, 0), None, (0, false));
+    assert_eq!(routes(&plan), [(0, true)]);
+}
+
+#[test]
+fn the_route_goes_off_once_a_replica_is_ready_and_on_before_the_write_to_zero() {
+    let scaler = holding_scaler();
+    // One Ready replica with load: off, last.
+    let plan = route_step(&scaler, (1, 1), Some(2.0), (0, true));
+    assert_eq!(plan.decision.replicas, 1);
+    let effects = plan.effects.len();
+    assert_eq!(routes(&plan), [(effects - 1, false)]);
+    // Off already: nothing.
+    assert_eq!(
+        routes(&route_step(&scaler, (1, 1), Some(2.0), (0, false))),
+        []
+    );
+    // Going to zero (no load, no window): on FIRST, before the replicas write.
+    let plan = route_step(&scaler, (1, 1), Some(0.0), (0, false));
+    assert_eq!(plan.write.as_ref().map(|w| (w.from, w.to)), Some((1, 0)));
+    assert_eq!(routes(&plan), [(0, true)]);
+    let write_at = plan
+        .effects
+        .iter()
+        .position(|e| matches!(e, Effect::Replicas { .. }));
+    assert!(write_at.is_some_and(|w| w > 0), "{:?}", plan.effects);
+    // A paused scaler writes no route.
+    let mut paused = holding_scaler();
+    paused.metadata.annotations = Some(BTreeMap::from([(
+        llmscaler_api::names::PAUSED_ANNOTATION.to_owned(),
+        "true".to_owned(),
+    )]));
+    assert_eq!(routes(&route_step(&paused, (0, 0), None, (0, false))), []);
+    // Without an activator view (none configured), nothing.
+    let mut step = Scaler::new(&scaler.spec, None);
+    let plan = step.step(&observation(
+        &scaler,
+        target(1, &["llmscaler"]),
+        Some(0.0),
+        0,
+    ));
+    assert_eq!(routes(&plan), []);
 }

@@ -24,6 +24,13 @@ app.kubernetes.io/name: llmscaler
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The activator's pods: a name of their own, so neither the operator's Deployment nor its
+Service selects them. */}}
+{{- define "llmscaler.activatorSelectorLabels" -}}
+app.kubernetes.io/name: llmscaler-activator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* Names of the webhook configurations and the certificate Secret. */}}
 {{- define "llmscaler.webhookName" -}}
 {{- include "llmscaler.fullname" . -}}
@@ -88,6 +95,14 @@ service:
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.activator.enabled }}
+# EndpointSlices: the route of a Service to the activator while its fleet is at zero
+# (spec.scaleToZero, docs/scaling.md#holding-requests-while-waking-from-zero), and the
+# activator's own endpoints (list).
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+{{- end }}
 {{- end -}}
 
 {{/* The webhooks' namespaceSelector: the given one, else the watched namespaces, else all. */}}

@@ -218,7 +218,7 @@ impl Autoscaler for LlmscalerPolicy {
                         self.costs.remove(pod);
                     }
                 }
-                Effect::Replicas { .. } | Effect::Event(_) => {}
+                Effect::Replicas { .. } | Effect::Event(_) | Effect::ActivatorRoute { .. } => {}
             }
         }
         let replicas = plan.replicas_after(view.spec_replicas);
@@ -309,6 +309,7 @@ impl LlmscalerPolicy {
             acting: Acting::of_spec(spec),
             competitor: None,
             status: None,
+            activator: None,
             target,
         }
     }
