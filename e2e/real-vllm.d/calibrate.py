@@ -6,8 +6,8 @@ usage:
       and write them as a load-model profile (loadmodel/src/profile.rs keys)
   calibrate.py sequence TRACE PROFILE OUT.csv [START_S] [MINUTES] [LOAD]
       cut MINUTES (10) of TRACE (Azure format) from START_S (600) on, scale prompt and output
-      lengths by 1/4 to fit the 2,048-token context and stretch the arrivals so that the offered
-      work is LOAD (0.85) of what PROFILE serves; writes the same Azure format
+      lengths by 1/2 (capped) to fit the 2,048-token context and stretch the arrivals so that the offered
+      work is LOAD (0.6) of what PROFILE serves; writes the same Azure format
   calibrate.py replay URL MODEL SEQUENCE.csv OUT.json
       replay the sequence open-loop (token-id prompts, ignore_eos, streaming), recording each
       request's TTFT and completion time, and sampling /metrics every second
@@ -21,7 +21,9 @@ a request's first token comes at the end of the step that finishes its prompt.
   intercept, base + per-seq + the HTTP path, is reported as a check);
 - maxNumSeqs = the most `vllm:num_requests_running` seen with 4 × that many requests in flight;
 - kvCapacityTokens = num_gpu_blocks × block_size of `vllm:cache_config_info`;
-- prefillChunkTokens = vLLM's max_num_batched_tokens (given: the flag the replica runs with).
+- prefillChunkTokens = vLLM's max_num_batched_tokens (given: the flag the replica runs with);
+- stepPerNewSeqSeconds = the TTFT intercept less one step with one sequence (a request's fixed
+  cost: the HTTP path, input processing, scheduling it in).
 
 Trace data of `sequence`: Microsoft Azure, "Azure LLM inference trace 2023" (CC BY 4.0); Patel et
 al., "Splitwise", ISCA 2024.
@@ -38,7 +40,7 @@ import aiohttp
 import numpy as np
 
 CONTEXT = 2048
-LENGTH_SCALE = 0.25
+LENGTH_SCALE = 0.5
 
 
 def prompt_ids(n, seed):
@@ -117,33 +119,39 @@ async def measure_profile(url, model, chunk):
             t.result()
         out["max_num_seqs"] = peak
 
-        # Prefill: TTFT against prompt length, one at a time, max_tokens 1.
-        lengths, ttfts = [], []
-        for rep in range(4):
-            for n in (16, 256, 512, 1024, 1536, 2040):
+        # Prefill: TTFT against prompt length, one at a time, max_tokens 1; the median of 5 per
+        # length (the machine is shared: single requests are noisy).
+        lengths = (16, 256, 512, 1024, 1536, 2040)
+        by_length = {n: [] for n in lengths}
+        for rep in range(5):
+            for n in lengths:
                 start, stamps, _ = await stream_one(s, url, model, n, 1, seed=rep * 10 + n)
-                lengths.append(n)
-                ttfts.append(stamps[0] - start)
-        slope, intercept = np.polyfit(lengths, ttfts, 1)
+                by_length[n].append(stamps[0] - start)
+        medians = [float(np.median(by_length[n])) for n in lengths]
+        slope, intercept = np.polyfit(lengths, medians, 1)
         out["prefill_rate"] = 1.0 / slope
         out["ttft_intercept"] = intercept
-        out["ttft_points"] = list(zip(lengths, [round(t, 5) for t in ttfts]))
+        out["ttft_medians"] = dict(zip(lengths, [round(t, 5) for t in medians]))
 
-        # Decode steps: inter-token time of 256-token streams, alone and maxNumSeqs at once.
+        # Decode steps: inter-token time of 512-token streams, alone and maxNumSeqs at once,
+        # interleaved 5 times; the mean over the repeats (the machine's contention varies).
         one, full = [], []
-        for rep in range(3):
-            _, stamps, _ = await stream_one(s, url, model, 16, 256, seed=rep)
+        for rep in range(5):
+            _, stamps, _ = await stream_one(s, url, model, 16, 512, seed=rep)
             one.append(itl(stamps))
-            results = await asyncio.gather(*(stream_one(s, url, model, 16, 256, seed=rep + k)
+            results = await asyncio.gather(*(stream_one(s, url, model, 16, 512, seed=rep + k)
                                              for k in range(peak)))
             # The middle of the streams, where all of them decode together.
             full.extend(itl(st[len(st) // 4: 3 * len(st) // 4]) for _, st, _ in results)
-        itl1, itln = float(np.median(one)), float(np.median(full))
+        itl1, itln = float(np.mean(one)), float(np.mean(full))
         per_seq = max(0.0, (itln - itl1) / max(1, peak - 1))
         out["itl1"], out["itln"] = itl1, itln
         out["itl1_all"], out["itln_all"] = one, full
         out["step_per_seq"] = per_seq
         out["step_base"] = max(1e-6, itl1 - per_seq)
+        # A request's fixed cost: the TTFT of a prompt of length 0 (the fit's intercept) is one
+        # step with one sequence, plus this.
+        out["step_per_new_seq"] = max(0.0, intercept - itl1)
     out["chunk"] = chunk
     return out
 
@@ -162,7 +170,8 @@ def cmd_profile(url, model, path, chunk):
             f"prefillTokensPerSecond: {m['prefill_rate']:.0f}\n"
             f"prefillChunkTokens: {m['chunk']}\n"
             f"stepBaseSeconds: {m['step_base']:.6f}\n"
-            f"stepPerSeqSeconds: {m['step_per_seq']:.6f}\n")
+            f"stepPerSeqSeconds: {m['step_per_seq']:.6f}\n"
+            f"stepPerNewSeqSeconds: {m['step_per_new_seq']:.6f}\n")
     print(json.dumps({k: v for k, v in m.items()}, default=float))
 
 
@@ -186,9 +195,10 @@ def read_azure(path):
     return sorted((t - t0, p, o) for t, p, o in rows)
 
 
-def cmd_sequence(trace, profile, out, start_s=600.0, minutes=10.0, load=0.85):
+def cmd_sequence(trace, profile, out, start_s=600.0, minutes=10.0, load=0.6):
     p = read_profile(profile)
     step_full = p["stepBaseSeconds"] + p["stepPerSeqSeconds"] * p["maxNumSeqs"]
+    new_seq = p.get("stepPerNewSeqSeconds", 0.0)
     rows = [r for r in read_azure(trace) if r[0] >= start_s]
 
     def scaled(prompt, output):
@@ -199,7 +209,7 @@ def cmd_sequence(trace, profile, out, start_s=600.0, minutes=10.0, load=0.85):
     # Work of one request with the batch full: its prompt at the prefill rate plus its share of
     # the decode steps (maxNumSeqs sequences advance per step).
     def work(pr, o):
-        return pr / p["prefillTokensPerSecond"] + o * step_full / p["maxNumSeqs"]
+        return pr / p["prefillTokensPerSecond"] + new_seq + o * step_full / p["maxNumSeqs"]
 
     # Stretch s: the requests that arrive in `minutes` of the stretched trace carry LOAD of it.
     horizon = minutes * 60.0
