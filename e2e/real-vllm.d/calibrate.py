@@ -21,13 +21,13 @@ a request's first token comes at the end of the step that finishes its prompt.
   n = 1 (alone) and n = maxNumSeqs (kept full by a queue for SUSTAINED_S, 60 s: requests arrive,
   prefill and finish beside the decoding ones, as in the replay), the line through both gives
   base and per-sequence time;
-- prefill rate = 1 / slope of TTFT against prompt length at concurrency 1, max_tokens 1 (the
-  intercept, base + per-seq + the HTTP path, is reported as a check);
+- prefill rate = 1 / slope of TTFT against prompt length, max_tokens 1, with one other sequence
+  decoding (a prompt is prefilled beside decoding sequences under load; alone: reported too);
 - maxNumSeqs = the most `vllm:num_requests_running` seen with 4 × that many requests in flight;
 - kvCapacityTokens = num_gpu_blocks × block_size of `vllm:cache_config_info`;
 - prefillChunkTokens = vLLM's max_num_batched_tokens (given: the flag the replica runs with);
-- stepPerNewSeqSeconds = the TTFT intercept less one step with one sequence (a request's fixed
-  cost: the HTTP path, input processing, scheduling it in).
+- stepPerNewSeqSeconds = that line's intercept less one step with two sequences (a request's
+  fixed cost: the HTTP path, input processing, scheduling it in).
 
 Trace data of `sequence`: Microsoft Azure, "Azure LLM inference trace 2023" (CC BY 4.0); Patel et
 al., "Splitwise", ISCA 2024.
@@ -100,7 +100,7 @@ def itl(stamps):
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
-async def measure_profile(url, model, chunk, sustained_s):
+async def measure_profile(url, model, chunk, sustained_s, mixed=True):
     out = {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
         # Warm-up: compile paths for small and large prompts.
@@ -183,7 +183,37 @@ async def measure_profile(url, model, chunk, sustained_s):
         out["step_base"] = max(1e-6, itl1 - per_seq)
         # A request's fixed cost: the TTFT of a prompt of length 0 (the fit's intercept) is one
         # step with one sequence, plus this.
-        out["step_per_new_seq"] = max(0.0, intercept - itl1)
+        out["step_per_new_seq_isolated"] = max(0.0, intercept - itl1)
+        out["prefill_rate_isolated"] = out["prefill_rate"]
+        out["step_per_new_seq"] = out["step_per_new_seq_isolated"]
+        if mixed:
+            # The same TTFT line with one other sequence decoding: under load a prompt is
+            # prefilled in a step beside decoding ones (chunked prefill), while the API server
+            # streams the other's tokens. The intercept is then one step with two sequences
+            # plus the request's fixed cost.
+            stop = False
+
+            async def background():
+                k = 0
+                while not stop:
+                    await stream_one(s, url, model, 16, 1500, seed=900 + k)
+                    k += 1
+
+            bg = asyncio.create_task(background())
+            await asyncio.sleep(0.3)
+            mixed_by_length = {n: [] for n in lengths}
+            for rep in range(5):
+                for n in lengths:
+                    start, stamps, _ = await stream_one(s, url, model, n, 1, seed=rep * 10 + n + 5)
+                    mixed_by_length[n].append(stamps[0] - start)
+            stop = True
+            await bg
+            mixed_medians = [float(np.median(mixed_by_length[n])) for n in lengths]
+            mslope, mintercept = np.polyfit(lengths, mixed_medians, 1)
+            out["ttft_medians_mixed"] = dict(zip(lengths, [round(t, 5) for t in mixed_medians]))
+            out["ttft_intercept_mixed"] = mintercept
+            out["prefill_rate"] = 1.0 / mslope
+            out["step_per_new_seq"] = max(0.0, mintercept - out["itln_isolated"])
     out["chunk"] = chunk
     return out
 

@@ -174,6 +174,17 @@ pub fn per_second(run: &Run, window_s: f64, gauge: fn(&Sample) -> f64) -> Vec<f6
     out
 }
 
+/// Means of consecutive windows of `k` values (≥ 1; the last, shorter window is dropped): a
+/// per-second series as a per-`k`-seconds one, to correlate queues without the jitter of
+/// single samples.
+pub fn window_means(series: &[f64], k: usize) -> Vec<f64> {
+    let k = k.max(1);
+    series
+        .chunks_exact(k)
+        .map(|c| c.iter().sum::<f64>() / k as f64)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +247,12 @@ mod tests {
         assert!((correlation(&a, &a) - 1.0).abs() < 1e-12);
         assert!((correlation(&a, &b) + 1.0).abs() < 1e-12);
         assert!(correlation(&a, &[1.0; 4]).is_nan());
+    }
+
+    #[test]
+    fn window_means_average_whole_windows() {
+        assert_eq!(window_means(&[1.0, 3.0, 2.0, 4.0, 9.0], 2), vec![2.0, 3.0]);
+        assert_eq!(window_means(&[1.0, 2.0], 0), vec![1.0, 2.0]);
     }
 
     #[test]

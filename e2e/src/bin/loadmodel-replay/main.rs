@@ -164,6 +164,8 @@ struct Comparison {
     error: Errors,
     /// Pearson correlation of the per-second series, real against model.
     correlation: Correlations,
+    /// The same of the series' 10-second means.
+    correlation_10s: Correlations,
     real_failed_requests: usize,
     real_missed_samples: usize,
     attribution: &'static str,
@@ -193,10 +195,10 @@ fn compare(real: &Path, model: &Path, window_s: f64, out_dir: &Path) -> anyhow::
     let model_run = read_model(model)?;
     let (r, m) = (real_run.figures(window_s), model_run.figures(window_s));
     let err = |real: f64, model: f64| (model - real) / real;
-    let corr = |g: fn(&Sample) -> f64| {
+    let corr = |g: fn(&Sample) -> f64, k: usize| {
         calibration::correlation(
-            &calibration::per_second(&real_run, window_s, g),
-            &calibration::per_second(&model_run, window_s, g),
+            &calibration::window_means(&calibration::per_second(&real_run, window_s, g), k),
+            &calibration::window_means(&calibration::per_second(&model_run, window_s, g), k),
         )
     };
     let c = Comparison {
@@ -210,9 +212,14 @@ fn compare(real: &Path, model: &Path, window_s: f64, out_dir: &Path) -> anyhow::
             ttft_p99_s: err(r.ttft_p99_s, m.ttft_p99_s),
         },
         correlation: Correlations {
-            waiting: corr(|s| s.waiting),
-            running: corr(|s| s.running),
-            kv: corr(|s| s.kv),
+            waiting: corr(|s| s.waiting, 1),
+            running: corr(|s| s.running, 1),
+            kv: corr(|s| s.kv, 1),
+        },
+        correlation_10s: Correlations {
+            waiting: corr(|s| s.waiting, 10),
+            running: corr(|s| s.running, 10),
+            kv: corr(|s| s.kv, 10),
         },
         real_failed_requests: failed,
         real_missed_samples: missed,
@@ -259,11 +266,15 @@ fn table(c: &Comparison) -> String {
             pct((model - real) / real)
         );
     }
-    let k = &c.correlation;
-    out += &format!(
-        "| correlation of the per-second series | waiting {:.3} | running {:.3} | KV {:.3} |\n",
-        k.waiting, k.running, k.kv
-    );
+    for (name, k) in [
+        ("1 s samples", &c.correlation),
+        ("10 s means", &c.correlation_10s),
+    ] {
+        out += &format!(
+            "| correlation real/model, {name} | waiting {:.3} | running {:.3} | KV {:.3} |\n",
+            k.waiting, k.running, k.kv
+        );
+    }
     out
 }
 
