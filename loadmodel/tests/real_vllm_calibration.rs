@@ -71,3 +71,19 @@ fn the_model_replays_the_sequence_to_the_committed_figures() {
         );
     }
 }
+
+#[test]
+fn the_model_serves_the_real_completion_rate_within_20_percent() {
+    let (params, requests, committed) = committed();
+    let window = committed["window_seconds"].as_f64().unwrap();
+    let model = replay_one(&requests, params, 1.0).figures(window);
+    let real = figures(&committed["real"]);
+    let error = (model.completions_per_s - real.completions_per_s) / real.completions_per_s;
+    assert!(
+        error.abs() <= 0.2,
+        "completions/s: real {}, model {} ({:+.1} %)",
+        real.completions_per_s,
+        model.completions_per_s,
+        error * 100.0
+    );
+}
