@@ -5,9 +5,10 @@ usage:
       measure the per-step parameters of docs/load-model.md ("One replica") on the replica at URL
       and write them as a load-model profile (loadmodel/src/profile.rs keys)
   calibrate.py sequence TRACE PROFILE OUT.csv [START_S] [MINUTES] [LOAD]
-      cut MINUTES (10) of TRACE (Azure format) from START_S (600) on, scale prompt and output
-      lengths by 1/2 (capped) to fit the 2,048-token context and stretch the arrivals so that the offered
-      work is LOAD (0.6) of what PROFILE serves; writes the same Azure format
+      cut MINUTES (10) of TRACE (Azure format) from START_S (600) on, halve prompt and output
+      lengths (a prompt capped at 2,048 less its output: the model's context) and stretch the
+      arrivals so that the offered work is LOAD (0.6; e2e/real-vllm-calibrate passes 0.75) of
+      what PROFILE serves; writes the same Azure format
   calibrate.py merge BEFORE.yaml AFTER.yaml OUT.yaml
       the mean of two profiles measured around the replay, their values in a comment
   calibrate.py replay URL MODEL SEQUENCE.csv OUT.json

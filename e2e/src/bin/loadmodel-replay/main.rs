@@ -284,3 +284,41 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
     eprintln!("==> wrote {}", path.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed expectation fails it
+    use super::*;
+
+    #[test]
+    fn a_real_run_counts_failed_requests_and_missed_scrapes_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("real.json");
+        std::fs::write(
+            &path,
+            r#"{"source": "real",
+                "requests": [
+                  {"arrival_s": 0.5, "prompt": 10, "output": 4, "sent_s": 0.5, "ttft_s": 0.02, "done_s": 0.6},
+                  {"arrival_s": 0.7, "prompt": 10, "output": 4, "error": "HTTP 500"}],
+                "samples": [
+                  {"t": 1.001, "waiting": 1.0, "running": 2.0, "kv": 0.01},
+                  {"t": 2.003, "error": "timeout"}]}"#,
+        )
+        .unwrap();
+        let (run, failed, missed) = read_real(&path).unwrap();
+        assert_eq!((failed, missed), (1, 1));
+        assert_eq!(run.ttfts_s, vec![0.02]);
+        assert_eq!(run.done_s, vec![0.6]);
+        assert_eq!(run.samples.len(), 1);
+        assert_eq!(run.samples[0].running, 2.0);
+    }
+
+    #[test]
+    fn a_run_file_that_is_not_json_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.json");
+        std::fs::write(&path, "not json").unwrap();
+        let e = format!("{:#}", read_model(&path).unwrap_err());
+        assert!(e.contains("model.json"), "{e}");
+    }
+}
