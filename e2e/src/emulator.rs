@@ -505,6 +505,8 @@ impl ModelArgs {
             prefill_chunk_tokens: self.prefill_chunk_tokens,
             step_base_s: self.step_base_s,
             step_per_seq_s: self.step_per_seq_s,
+            // No per-request step cost: the emulator keeps the default profile.
+            step_per_new_seq_s: Params::default().step_per_new_seq_s,
             drain_s: self.drain_s,
             slo_ttft_s: self.slo_ttft_s,
         }

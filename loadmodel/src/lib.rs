@@ -7,12 +7,15 @@
 //! - [`fleet`]: least-outstanding routing over Ready replicas, drain on removal, the run
 //!   [`fleet::Report`].
 //! - [`profile`]: a model's parameters read from a YAML or JSON file (`--model FILE`).
+//! - [`calibration`]: one replica replayed against a real one, sampled each second, and the
+//!   figures both runs are compared by.
 //! - [`exposition`]: the Prometheus text of the replicas' metrics under vLLM's names.
 //!
 //! Everything runs in trace time and is deterministic: same trace, seed and Ready-set changes
 //! give the same metrics. The crate is pure computation: no Kubernetes client and no drawing
 //! (the demo draws its timeline itself).
 
+pub mod calibration;
 pub mod exposition;
 pub mod fleet;
 pub mod profile;

@@ -12,6 +12,7 @@
 //! prefillChunkTokens: 2048       # prompt tokens per step at most
 //! stepBaseSeconds: 0.02          # fixed part of a step
 //! stepPerSeqSeconds: 0.0007      # step time added per running sequence
+//! stepPerNewSeqSeconds: 0         # step time added per sequence starting its prefill
 //! ```
 //!
 //! The TTFT objective and the termination grace are not part of a profile: they belong to the
@@ -37,6 +38,8 @@ pub struct Profile {
     pub step_base_seconds: f64,
     /// Step time added per running sequence, seconds (≥ 0).
     pub step_per_seq_seconds: f64,
+    /// Step time added per sequence that starts its prefill in the step, seconds (≥ 0).
+    pub step_per_new_seq_seconds: f64,
 }
 
 impl Default for Profile {
@@ -88,6 +91,7 @@ impl Profile {
             prefill_chunk_tokens: params.prefill_chunk_tokens,
             step_base_seconds: params.step_base_s,
             step_per_seq_seconds: params.step_per_seq_s,
+            step_per_new_seq_seconds: params.step_per_new_seq_s,
         }
     }
 
@@ -100,6 +104,7 @@ impl Profile {
             prefill_chunk_tokens: self.prefill_chunk_tokens,
             step_base_s: self.step_base_seconds,
             step_per_seq_s: self.step_per_seq_seconds,
+            step_per_new_seq_s: self.step_per_new_seq_seconds,
             ..base
         }
     }
@@ -159,6 +164,7 @@ impl Profile {
         for (field, value) in [
             ("stepBaseSeconds", self.step_base_seconds),
             ("stepPerSeqSeconds", self.step_per_seq_seconds),
+            ("stepPerNewSeqSeconds", self.step_per_new_seq_seconds),
         ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(range(field, "a finite number ≥ 0", value.to_string()));

@@ -26,6 +26,11 @@ pub struct Params {
     pub step_base_s: f64,
     /// Step time added per running sequence, seconds.
     pub step_per_seq_s: f64,
+    /// Step time added per sequence that starts its prefill in the step (a request's fixed
+    /// cost: input processing, scheduling it in, its sampling state), seconds; 0 for the
+    /// default profile. Measured on a real replica as the TTFT of a short prompt at
+    /// concurrency 1 less one decode step (docs/benchmarks/real-vllm.md).
+    pub step_per_new_seq_s: f64,
     /// Termination grace: how long a replica whose pod was deleted keeps serving what it holds
     /// before the rest is dropped (counted failed), trace seconds; 0 = killed at once (vLLM's
     /// default `--shutdown-timeout=0` aborts in-flight requests on SIGTERM).
@@ -43,6 +48,7 @@ impl Default for Params {
             prefill_chunk_tokens: 2048,
             step_base_s: 0.012,
             step_per_seq_s: 0.000_35,
+            step_per_new_seq_s: 0.0,
             drain_s: 60.0,
             slo_ttft_s: 2.0,
         }
@@ -195,7 +201,14 @@ impl Replica {
         let mut budget = p.prefill_chunk_tokens;
         let mut prefill_done = Vec::new();
         let mut decoding = Vec::new();
+        let mut starting = 0u32;
         for (i, seq) in self.running.iter_mut().enumerate() {
+            if seq.prefilled == 0
+                && seq.generated == 0
+                && (budget > 0 || seq.req.prompt_tokens == 0)
+            {
+                starting += 1;
+            }
             if seq.prefilled < seq.req.prompt_tokens {
                 let take = budget.min(seq.req.prompt_tokens - seq.prefilled);
                 seq.prefilled += take;
@@ -214,6 +227,7 @@ impl Replica {
         // At least 1 µs, so that zero step times given as flags cannot stall the clock.
         let dt = (p.step_base_s
             + p.step_per_seq_s * self.running.len() as f64
+            + p.step_per_new_seq_s * f64::from(starting)
             + f64::from(prefill_tokens) / p.prefill_tokens_per_s)
             .max(1e-6);
         let end = self.clock_s + dt;
@@ -336,5 +350,34 @@ mod tests {
             (2, 3),
             "only two 100k prompts fit in 250k"
         );
+    }
+
+    #[test]
+    fn a_starting_sequence_adds_its_fixed_cost_to_its_first_step_only() {
+        let params = Params {
+            max_num_seqs: 2,
+            prefill_tokens_per_s: 1000.0,
+            step_base_s: 0.002,
+            step_per_seq_s: 0.0,
+            step_per_new_seq_s: 0.005,
+            ..Params::default()
+        };
+        let mut r = Replica::new("a", params, 0.0);
+        r.enqueue(req(0.0, 10, 3));
+        r.enqueue(req(0.0, 10, 3));
+        r.advance_to(1e-9);
+        // Both start in the first step: 0.002 + 2 × 0.005 + 20 / 1000.
+        let first = 0.002 + 0.010 + 0.020;
+        let m = r.metrics();
+        assert_eq!(m.counters.ttft_count, 2);
+        assert!((m.counters.ttft_sum_s - 2.0 * first).abs() < 1e-12);
+        assert!((r.clock_s - first).abs() < 1e-12);
+        // The decode steps that follow cost the base only: both finish after two more.
+        r.advance_to(first + 1e-9);
+        assert!((r.clock_s - (first + 0.002)).abs() < 1e-12);
+        assert_eq!(r.metrics().counters.success, 0);
+        r.advance_to(first + 0.002 + 1e-9);
+        assert!((r.clock_s - (first + 0.004)).abs() < 1e-12);
+        assert_eq!(r.metrics().counters.success, 2);
     }
 }
