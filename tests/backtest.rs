@@ -203,7 +203,7 @@ fn write_history(requests: &[Request], days: usize, path: &Path, dir: &Path) -> 
                     .add(r.output_tokens.max(1));
             }
         }
-        let ksm = format!("namespace=\"inference\",deployment=\"vllm\"");
+        let ksm = "namespace=\"inference\",deployment=\"vllm\"";
         let f = families.get_mut("kube_deployment_spec_replicas").unwrap();
         writeln!(
             f.file,

@@ -28,16 +28,20 @@ pub(crate) struct Workload {
 impl Workload {
     /// The label matchers that select this workload's series within `selector`.
     pub(crate) fn matchers(&self, selector: &str) -> String {
-        let own = format!(
-            "namespace=\"{}\",model_name=\"{}\"",
-            escape(&self.namespace),
-            escape(&self.model_name)
-        );
-        if selector.trim().is_empty() {
-            own
-        } else {
-            format!("{selector},{own}")
+        let mut parts: Vec<String> = Vec::new();
+        if !selector.trim().is_empty() {
+            parts.push(selector.trim().to_owned());
         }
+        for own in [
+            format!("namespace=\"{}\"", escape(&self.namespace)),
+            format!("model_name=\"{}\"", escape(&self.model_name)),
+        ] {
+            // The default selector already holds the namespace matcher: not twice.
+            if !selector.split(',').any(|m| m.trim() == own) {
+                parts.push(own);
+            }
+        }
+        parts.join(",")
     }
 }
 
