@@ -12,6 +12,8 @@
 //! - [`simulate`]: offline replay of a metric trace (`llmscaler simulate`; `--plot` needs the
 //!   `plot` cargo feature, on by default and off in the operator's image).
 //! - [`metrics`]: the Prometheus and decision-server metric sources (docs/providers.md).
+//! - [`backtest`]: a scaler and its comparators replayed on a cluster's own Prometheus history
+//!   (`llmscaler backtest`).
 //! - [`probe`]: one evaluation of a scaler's metrics (`llmscaler probe`).
 //! - [`convert`]: KEDA ScaledObject / HPA manifests to LLMScalers (`llmscaler convert`).
 //! - [`release`]: handing a workload's `spec.replicas` back (`llmscaler release`).
@@ -21,6 +23,7 @@
 //! - [`scaler_file`]: reading a manifest file the way admission treats an apply.
 
 pub mod activator;
+pub mod backtest;
 pub mod controller;
 pub mod convert;
 pub mod engine;

@@ -34,6 +34,11 @@ enum Command {
     /// (`--metrics`), or serve a request trace in a closed loop with the scaler and its
     /// comparators (`--requests`).
     Simulate(SimulateArgs),
+    /// Replay a scaler, its comparators and the fleet as it ran on a workload's own
+    /// Prometheus history, with GPU-hours, cost and a validation line (exit 2 for invalid
+    /// arguments or a selector matching no or several workloads, 1 when Prometheus could not
+    /// be read).
+    Backtest(Box<llmscaler::backtest::BacktestArgs>),
     /// Evaluate a scaler's metrics once against its serverAddress and print what each
     /// recommends (exit 0; 4 when a metric was skipped but the others decided), or that the
     /// fleet would be held (exit 3); 2 for an invalid spec.
@@ -141,6 +146,7 @@ fn main() -> ExitCode {
             Err(err) => fail(1, &format!("cannot render the CRD: {err}")),
         },
         Command::Simulate(args) => run_simulate(&args),
+        Command::Backtest(args) => llmscaler::backtest::run(&args),
         Command::Probe(args) => llmscaler::probe::run(&args),
         Command::Convert(args) => llmscaler::convert::run(&args),
         Command::Release(args) => llmscaler::release::run(&args),

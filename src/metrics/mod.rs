@@ -33,6 +33,7 @@ pub use decision::{
     DECISION_API_VERSION, DEFAULT_DECISION_PATH, DecisionSource, decode_decision_body,
 };
 pub use error::{MetricError, Subject, media_type};
+pub(crate) use prometheus::QUERY_PATH;
 pub use prometheus::{
     MAX_POD_SERIES, PrometheusSource, decode_instant_body, decode_per_pod_body,
     decode_pod_samples_body,

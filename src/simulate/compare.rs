@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 
 use llmscaler_api::{LLMScaler, MetricProvider};
-use llmscaler_loadmodel::{ATTRIBUTION, Params, Request};
+use llmscaler_loadmodel::{ATTRIBUTION, Params, Profile, Request};
 use serde::Serialize;
 
-use super::policies::{HpaPolicy, IdealPolicy, KedaPolicy, LlmscalerPolicy, StaticPolicy, shapes};
+use super::policies::{
+    HpaPolicy, IdealPolicy, KedaPolicy, LlmscalerPolicy, SchedulePolicy, StaticPolicy, shapes,
+};
 use super::replay::{self, Autoscaler, Outcome, Settings};
 use crate::promql::PromqlError;
 
@@ -89,6 +91,30 @@ pub struct Options {
     /// The scaler whose metrics `hpa` and `keda` run on (`--comparators-scaler`); `None` = the
     /// replayed scaler's own. Its bounds are not used: every policy has the replayed scaler's.
     pub comparators_scaler: Option<LLMScaler>,
+}
+
+/// A replica history replayed as a fixed policy (`backtest`'s "as it ran",
+/// docs/backtest.md#what-it-replays): `replicas[i]` is `spec.replicas` from `i × period_ms` to
+/// the next point (the last one held to the end).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    /// The report key (e.g. `as it ran`).
+    pub name: String,
+    /// Milliseconds between two points (> 0).
+    pub period_ms: i64,
+    /// `spec.replicas` per point (≥ 0).
+    pub replicas: Vec<i32>,
+}
+
+/// What a run takes besides [`Options`] (`backtest`, docs/backtest.md): the model's
+/// parameters and fixed replica schedules.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    /// The load model's per-replica parameters (`--model FILE`); `None` = the defaults of
+    /// docs/load-model.md.
+    pub profile: Option<Profile>,
+    /// Schedules replayed beside the policies, each under its own name.
+    pub schedules: Vec<Schedule>,
 }
 
 /// Why the replay could not run.
@@ -235,15 +261,32 @@ pub fn run(
     scale: f64,
     seed: u64,
 ) -> Result<Report, CompareError> {
+    run_with(scaler, requests, options, scale, seed, &Extras::default())
+}
+
+/// [`run`] with a model profile and fixed schedules ([`Extras`]): each schedule starts with its
+/// first point's replicas Ready and is reported under its name.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with(
+    scaler: &LLMScaler,
+    requests: &[Request],
+    options: &Options,
+    scale: f64,
+    seed: u64,
+    extras: &Extras,
+) -> Result<Report, CompareError> {
     let spec = &scaler.spec;
     if spec.effective_provider() == MetricProvider::Custom {
         return Err(CompareError::CustomProvider);
     }
-    let params = Params {
+    let base = Params {
         slo_ttft_s: options.slo_ttft_seconds,
         drain_s: options.termination_grace_seconds,
         ..Params::default()
     };
+    let params = extras.profile.map_or(base, |p| p.apply(base));
     let namespace = scaler
         .metadata
         .namespace
@@ -319,12 +362,30 @@ pub fn run(
         };
         jobs.push((c.as_str().to_string(), policy));
     }
+    let mut starts: BTreeMap<String, i32> = BTreeMap::new();
+    for schedule in &extras.schedules {
+        starts.insert(
+            schedule.name.clone(),
+            schedule.replicas.first().copied().unwrap_or(0).max(0),
+        );
+        jobs.push((
+            schedule.name.clone(),
+            Box::new(SchedulePolicy::new(
+                schedule.period_ms,
+                schedule.replicas.clone(),
+            )),
+        ));
+    }
     let outcomes: Vec<(String, Outcome)> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .into_iter()
             .map(|(name, mut policy)| {
                 let settings = &settings;
-                let start = if name == "static" { peak } else { initial };
+                let start = match starts.get(&name) {
+                    Some(first) => *first,
+                    None if name == "static" => peak,
+                    None => initial,
+                };
                 s.spawn(move || {
                     let outcome = replay::run(requests, settings, start, policy.as_mut());
                     (name, outcome)

@@ -32,3 +32,39 @@ impl Autoscaler for StaticPolicy {
         self.replicas
     }
 }
+
+/// A fixed replica history (`backtest`'s "as it ran", docs/backtest.md#what-it-replays):
+/// `replicas[i]` from `i × period_ms` on, the last point held to the end.
+#[derive(Clone, Debug)]
+pub struct SchedulePolicy {
+    period_ms: i64,
+    replicas: Vec<i32>,
+}
+
+impl SchedulePolicy {
+    /// The schedule of `replicas` (one point per `period_ms` milliseconds, at least 1).
+    pub fn new(period_ms: i64, replicas: Vec<i32>) -> Self {
+        Self {
+            period_ms: period_ms.max(1),
+            replicas,
+        }
+    }
+}
+
+impl Autoscaler for SchedulePolicy {
+    fn period_ms(&self) -> i64 {
+        self.period_ms
+    }
+    fn reads_metrics(&self) -> bool {
+        false
+    }
+    fn decide(&mut self, now_ms: i64, _view: &View<'_>) -> i32 {
+        let index = usize::try_from(now_ms / self.period_ms).unwrap_or(0);
+        self.replicas
+            .get(index)
+            .or(self.replicas.last())
+            .copied()
+            .unwrap_or(0)
+            .max(0)
+    }
+}

@@ -118,6 +118,27 @@ pub fn run(
     initial: i32,
     policy: &mut dyn Autoscaler,
 ) -> Outcome {
+    run_observed(requests, settings, initial, policy, None)
+}
+
+/// A look at the cluster every `every_ms` milliseconds of a run (from `every_ms` on), after the
+/// arrivals up to that time: how a test writes the fleet's history as a Prometheus would have
+/// scraped it (`tests/backtest.rs`).
+pub struct Observer<'a> {
+    /// Milliseconds between two looks (> 0).
+    pub every_ms: i64,
+    /// Called with the time (milliseconds) and the cluster.
+    pub look: &'a mut dyn FnMut(i64, &Cluster),
+}
+
+/// [`run`], calling `observer` (when given) at its interval.
+pub fn run_observed(
+    requests: &[Request],
+    settings: &Settings,
+    initial: i32,
+    policy: &mut dyn Autoscaler,
+    mut observer: Option<Observer<'_>>,
+) -> Outcome {
     let span_ms = requests.last().map_or(0, |r| s_to_ms(r.arrival_s));
     let end_ms = span_ms + settings.tail_ms;
     let period_ms = policy.period_ms().max(1);
@@ -130,6 +151,7 @@ pub fn run(
     // Scrapes fall half an interval before syncs, so a sync reads data of mean age.
     let mut next_scrape = scrape_ms / 2;
     let mut next_sync = 0;
+    let mut next_look = observer.as_ref().map_or(i64::MAX, |o| o.every_ms.max(1));
     let mut timeline = Vec::new();
     let mut scale_events = 0u64;
     let mut peak = initial.max(0);
@@ -141,6 +163,7 @@ pub fn run(
         if let Some(ready_at) = cluster.next_ready_ms() {
             t = t.min(ready_at);
         }
+        t = t.min(next_look);
         let t_s = ms_to_s(t);
         while let Some(req) = requests.get(next_arrival) {
             if req.arrival_s > t_s {
@@ -152,6 +175,12 @@ pub fn run(
         cluster.advance_to(t);
         if t >= end_ms {
             break;
+        }
+        if t == next_look
+            && let Some(o) = observer.as_mut()
+        {
+            (o.look)(t, &cluster);
+            next_look += o.every_ms.max(1);
         }
         if reads && t == next_scrape {
             scrape::scrape(&cluster, &settings.labels, &mut store, t);
