@@ -18,7 +18,7 @@ pub use defaults::apply_defaults;
 pub use policy::OperatorPolicy;
 pub use types::*;
 pub use validation::{
-    FieldError, ValidationErrors, check_spec, parse_positive, parse_target, parse_threshold,
+    FieldError, ValidationErrors, check_spec, check_series_selector, parse_attainment, parse_positive, parse_target, parse_threshold,
     parse_tolerance, parse_window_multiple, validate_spec,
 };
 
