@@ -26,8 +26,10 @@ pub(crate) const MAX_SAMPLES: usize = 240;
 /// Fewest pairs, and the running spread (replica-sequences, and share of the largest), before
 /// a line is fitted.
 pub(crate) const MIN_SAMPLES: usize = 8;
-const MIN_SPREAD: f64 = 2.0;
+const MIN_SPREAD: f64 = 0.2;
 const MIN_SPREAD_SHARE: f64 = 0.25;
+/// Syncs that cover the queries' 1 min rate window at the usual 15 s period.
+const WINDOW_SYNCS: u32 = 5;
 /// Smoothing of the request mix and of the saturated throughput, per sync.
 const SMOOTHING: f64 = 0.2;
 /// The correction factor's bounds and steps (docs/objective.md#correction).
@@ -42,6 +44,8 @@ pub enum Basis {
     Saturated,
     /// The step-time line extrapolated to a batch limit seen with a queue.
     Calibrated,
+    /// The step-time line extrapolated to the batch the KV cache holds (no queue seen yet).
+    Extrapolated,
     /// Not enough evidence: a value the truth is at least.
     LowerBound,
     /// Taken from the status of an earlier process, not yet confirmed.
@@ -54,6 +58,7 @@ impl Basis {
         match self {
             Basis::Saturated => "saturated",
             Basis::Calibrated => "calibrated",
+            Basis::Extrapolated => "extrapolated",
             Basis::LowerBound => "lowerBound",
             Basis::Restored => "restored",
         }
@@ -85,6 +90,8 @@ pub(crate) struct Evidence {
     pub inter_token: Option<f64>,
     /// The mean TTFT, seconds.
     pub ttft_mean: Option<f64>,
+    /// The KV-cache usage summed over the replicas (each 0..1).
+    pub kv_usage: f64,
 }
 
 /// The capacity of one Ready replica, as estimated at one sync.
@@ -114,9 +121,13 @@ pub(crate) struct Calibration {
     max_running: f64,
     best_throughput: f64,
     saturated: Option<f64>,
-    was_saturated: bool,
+    /// Syncs in a row with every replica queued, and with no replica queued.
+    queued_syncs: u32,
+    calm_syncs: u32,
     /// The busiest replica's running count at the last sync, when it had a queue.
     queued_running: Option<f64>,
+    /// The sequences the KV cache holds per replica (running over usage), smoothed.
+    kv_limit: Option<f64>,
     /// Mean prompt and output tokens per request, smoothed.
     mix: Option<(f64, f64)>,
     /// The TTFT of a request that did not queue, seconds, smoothed.
@@ -182,22 +193,33 @@ impl Calibration {
             self.batch_limit = Some(self.batch_limit.unwrap_or(0.0).max(limit));
         }
         self.queued_running = queued;
-        let saturated = e.min_waiting > 0.0;
-        if saturated && self.was_saturated && per_replica > 0.0 {
+        // A rate over the 1 min window is a saturated throughput only once the whole window
+        // was saturated; a line pair only once the whole window was free of queues.
+        self.queued_syncs = if e.min_waiting > 0.0 { self.queued_syncs + 1 } else { 0 };
+        self.calm_syncs = if e.max_waiting == 0.0 { self.calm_syncs + 1 } else { 0 };
+        if self.queued_syncs >= WINDOW_SYNCS && per_replica > 0.0 {
             self.saturated = Some(self.saturated.map_or(per_replica, |s| smooth(s, per_replica)));
         }
-        self.was_saturated = saturated;
         if e.max_waiting == 0.0
             && let Some(ttft) = e.ttft_mean
         {
             self.floor = Some(self.floor.map_or(ttft, |f| smooth(f, ttft)));
         }
-        let running = e.running / e.replicas;
+        if e.kv_usage > 0.01 && e.running > 0.0 {
+            let limit = e.running / e.kv_usage;
+            if limit.is_finite() {
+                self.kv_limit = Some(self.kv_limit.map_or(limit, |k| smooth(k, limit)));
+            }
+        }
+        // The decoding batch over the window by Little's law: tokens/s × seconds per token
+        // (smooth where the running gauge, read at an instant, is not).
+        let tokens = e.generation_tokens / e.replicas;
         if let Some(t) = e.inter_token
-            && running >= 0.5
             && t > 0.0
-            && e.max_waiting == 0.0
+            && self.calm_syncs >= WINDOW_SYNCS
+            && tokens * t >= 0.05
         {
+            let running = tokens * t;
             if self.pairs.len() >= MAX_SAMPLES {
                 self.pairs.pop_front();
             }
@@ -228,6 +250,10 @@ impl Calibration {
             && let Some(mu) = at(n)
         {
             Some((Basis::Calibrated, mu.max(self.best_throughput), Some(n)))
+        } else if let Some(n) = self.kv_limit.map(|k| k.max(self.max_running))
+            && let Some(mu) = at(n)
+        {
+            Some((Basis::Extrapolated, mu.max(self.best_throughput), Some(n)))
         } else if self.best_throughput > 0.0 {
             let mu = at(self.max_running).unwrap_or(0.0).max(self.best_throughput);
             Some((Basis::LowerBound, mu, Some(self.max_running)))
@@ -325,13 +351,15 @@ mod tests {
             min_waiting: waiting,
             inter_token: Some(t),
             ttft_mean: Some(0.2),
+            kv_usage: 0.0,
         }
     }
 
     #[test]
     fn extrapolates_unsaturated_evidence_to_the_batch_limit() {
         let mut c = Calibration::default();
-        for r in [4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0] {
+        // The first four syncs fill the rate window; then one pair per sync.
+        for r in [4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0] {
             c.observe(&conv(r, 0.0), true, Some(false));
         }
         // No queue seen yet: a lower bound, the line at the largest batch seen (20):
@@ -367,12 +395,16 @@ mod tests {
         let e = c.estimate().unwrap();
         assert_eq!((e.basis, e.line), (Basis::LowerBound, None));
         assert!((e.requests_per_second - 2.363).abs() < 0.01, "{e:?}");
-        // Every replica queued for two syncs at 5 requests/s each: saturated, 5.
+        // Every replica queued for five syncs (the rate window) at 5 requests/s each:
+        // saturated, 5.
         let queued = Evidence {
             completions: 10.0,
             ..conv(64.0, 3.0)
         };
-        c.observe(&queued, true, None);
+        for _ in 0..4 {
+            c.observe(&queued, true, None);
+        }
+        assert_ne!(c.estimate().unwrap().basis, Basis::Saturated);
         c.observe(&queued, true, None);
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Saturated);

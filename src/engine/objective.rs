@@ -43,9 +43,10 @@ pub(crate) mod read {
     pub const INTER_TOKEN: usize = 9;
     pub const TTFT_QUANTILE: usize = 10;
     pub const TTFT_MEAN: usize = 11;
+    pub const KV_USAGE: usize = 12;
     /// How many there are.
     #[cfg(test)]
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 }
 
 /// The model of a (validated) `spec.objective`.
@@ -156,6 +157,7 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
             "histogram_quantile({attainment}, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{s}}}[{WINDOW}])))"
         ),
         mean("vllm:time_to_first_token_seconds"),
+        format!("sum(vllm:kv_cache_usage_perc{{{s}}})"),
     ])
 }
 
@@ -187,6 +189,7 @@ pub(crate) fn evidence<E: Clone>(readings: &[Result<f64, E>]) -> Result<Evidence
         min_waiting: value(read::MIN_WAITING)?,
         inter_token: optional(read::INTER_TOKEN),
         ttft_mean: optional(read::TTFT_MEAN),
+        kv_usage: value(read::KV_USAGE)?,
     })
 }
 

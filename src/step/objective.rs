@@ -151,9 +151,6 @@ pub(super) fn step<E: Clone>(
         },
     };
     memory.last = outcome.recommendation.as_ref().ok().copied();
-    if std::env::var_os("H23_DEBUG").is_some() {
-        eprintln!("DBG t={} ready={ready} ev={:?} est={:?} out={:?} rec={:?} ttft={:?}", now_ms/1000, evidence, estimate.map(|e| (e.basis, e.requests_per_second, e.correction, e.line)), outcome.value, memory.last, readings.get(read::TTFT_QUANTILE).and_then(|r| r.as_ref().ok()));
-    }
     Some(Added {
         outcome,
         guardrail,
@@ -181,6 +178,12 @@ pub(super) fn status_of(estimate: &Estimate, template: Option<&String>) -> Capac
                 "inter-token latency {a:.4} s + {b:.6} s per running sequence, extrapolated to the batch limit {n:.0}"
             ),
             None => "the step-time line extrapolated to the batch limit".to_owned(),
+        },
+        Basis::Extrapolated => match estimate.line {
+            Some((a, b, n)) => format!(
+                "inter-token latency {a:.4} s + {b:.6} s per running sequence, extrapolated to the {n:.0} sequences the KV cache holds (no full batch seen yet)"
+            ),
+            None => "the step-time line extrapolated to the KV cache's batch".to_owned(),
         },
         Basis::LowerBound => "not enough evidence yet (no line or no batch limit seen): a lower bound; the TTFT guardrail and the bounds act".to_owned(),
         Basis::Restored => "restored from status; not yet confirmed by this process".to_owned(),
@@ -272,6 +275,111 @@ mod tests {
         assert_eq!(basis.basis, "saturated");
         // No objective: cleared.
         assert_eq!(merge(Some(&first), None, 4000), None);
+    }
+
+    fn spec() -> LLMScalerSpec {
+        let mut spec = LLMScalerSpec::new(
+            llmscaler_api::TargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "vllm".into(),
+            },
+            "http://prometheus:9090",
+            1,
+            20,
+        );
+        spec.objective = Some(llmscaler_api::Objective {
+            ttft_seconds: "2".into(),
+            attainment: "0.99".into(),
+            runtime: None,
+            series_selector: "namespace=\"x\"".into(),
+            lookahead_seconds: None,
+        });
+        spec
+    }
+
+    /// A fleet of `replicas` completing `rps` each, every replica queued (`waiting` > 0) or not.
+    fn readings(replicas: f64, rps: f64, waiting: f64, ttft: f64) -> Vec<Result<f64, String>> {
+        let mut r = vec![Ok(0.0); 13];
+        r[read::COMPLETIONS] = Ok(replicas * rps);
+        r[read::PROMPT_TOKENS] = Ok(replicas * rps * 1000.0);
+        r[read::GENERATION_TOKENS] = Ok(replicas * rps * 200.0);
+        r[read::WAITING] = Ok(replicas * waiting);
+        r[read::RUNNING] = Ok(replicas * 64.0);
+        r[read::REPLICAS] = Ok(replicas);
+        r[read::MAX_RUNNING] = Ok(64.0);
+        r[read::MAX_WAITING] = Ok(waiting);
+        r[read::MIN_WAITING] = Ok(waiting);
+        r[read::INTER_TOKEN] = Ok(0.05);
+        r[read::TTFT_QUANTILE] = Ok(ttft);
+        r[read::TTFT_MEAN] = Ok(0.3);
+        r
+    }
+
+    #[test]
+    fn a_saturated_fleet_calibrates_sizes_and_starts_over_on_a_new_template() {
+        let spec = spec();
+        let mut memory = ObjectiveMemory::default();
+        let template = "a".to_owned();
+        // One replica, queued for five syncs, completing 4 requests/s: saturated, μ = 4; the
+        // queue of 30 spread over 60 s adds 0.5 requests/s: λ = 4.5, a = 1.125. With the
+        // 2 s − 0.3 s = 1.7 s budget: c = 1 cannot (a > 1); c = 2: C = 0.405,
+        // e^{−(8 − 4.5)·1.7} = 0.0026 → 0.001 ≤ 0.01: 2 replicas.
+        let mut added = None;
+        for i in 0..5 {
+            added = step(
+                &spec,
+                &mut memory,
+                Some(&readings(1.0, 4.0, 30.0, 5.0)),
+                (i * 15_000, 1, 1, Some(&template)),
+                0.0,
+                20,
+            );
+        }
+        let added = added.unwrap();
+        let estimate = added.estimate.unwrap();
+        assert_eq!(estimate.basis, Basis::Saturated);
+        assert!((estimate.requests_per_second - 4.0).abs() < 1e-9);
+        assert_eq!(added.outcome.recommendation, Ok(2));
+        // The guardrail reads the TTFT quantile against the objective.
+        let guardrail = added.guardrail.unwrap();
+        assert_eq!((guardrail.value, guardrail.target.as_str()), (Ok(5.0), "2"));
+        let status = status_of(&estimate, Some(&template));
+        assert_eq!(
+            (status.basis.as_str(), status.requests_per_second.as_str()),
+            ("saturated", "4.000")
+        );
+        // A rollout (another template): the estimate starts over.
+        let other = "b".to_owned();
+        let added = step(
+            &spec,
+            &mut memory,
+            Some(&readings(1.0, 0.0, 0.0, 0.1)),
+            (90_000, 1, 1, Some(&other)),
+            0.0,
+            20,
+        )
+        .unwrap();
+        assert_eq!(added.estimate, None);
+        // Restored from status, the estimate holds until evidence replaces it.
+        let status = LLMScalerStatus {
+            capacity: Some(status),
+            ..LLMScalerStatus::default()
+        };
+        let mut restored = ObjectiveMemory::restored(Some(&status));
+        let added = step(
+            &spec,
+            &mut restored,
+            None::<&Vec<Result<f64, String>>>,
+            (0, 1, 1, Some(&template)),
+            0.0,
+            20,
+        )
+        .unwrap();
+        assert_eq!(
+            added.estimate.map(|e| (e.basis, e.requests_per_second)),
+            Some((Basis::Restored, 4.0))
+        );
     }
 
     #[test]
