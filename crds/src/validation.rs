@@ -802,7 +802,9 @@ pub fn parse_attainment(raw: &str) -> Result<f64, String> {
 pub fn check_series_selector(raw: &str) -> Result<(), String> {
     let raw = raw.trim();
     if raw.is_empty() {
-        return Err("must name the workload's series, e.g. namespace=\"x\",model_name=\"y\"".into());
+        return Err(
+            "must name the workload's series, e.g. namespace=\"x\",model_name=\"y\"".into(),
+        );
     }
     if raw.contains('{') || raw.contains('}') {
         return Err(format!("{raw:?}: write the label matchers without braces"));

@@ -582,6 +582,10 @@ pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
             .data
             .get("spec")
             .and_then(|s| s.get("template"))
-            .map(step::objective::template_hash),
+            .map(|t| match t.as_str() {
+                // A cached target keeps the hash only (target_cache::prune).
+                Some(hash) => hash.to_owned(),
+                None => step::objective::template_hash(t),
+            }),
     }
 }

@@ -195,10 +195,21 @@ impl Calibration {
         self.queued_running = queued;
         // A rate over the 1 min window is a saturated throughput only once the whole window
         // was saturated; a line pair only once the whole window was free of queues.
-        self.queued_syncs = if e.min_waiting > 0.0 { self.queued_syncs + 1 } else { 0 };
-        self.calm_syncs = if e.max_waiting == 0.0 { self.calm_syncs + 1 } else { 0 };
+        self.queued_syncs = if e.min_waiting > 0.0 {
+            self.queued_syncs + 1
+        } else {
+            0
+        };
+        self.calm_syncs = if e.max_waiting == 0.0 {
+            self.calm_syncs + 1
+        } else {
+            0
+        };
         if self.queued_syncs >= WINDOW_SYNCS && per_replica > 0.0 {
-            self.saturated = Some(self.saturated.map_or(per_replica, |s| smooth(s, per_replica)));
+            self.saturated = Some(
+                self.saturated
+                    .map_or(per_replica, |s| smooth(s, per_replica)),
+            );
         }
         if e.max_waiting == 0.0
             && let Some(ttft) = e.ttft_mean
@@ -255,7 +266,9 @@ impl Calibration {
         {
             Some((Basis::Extrapolated, mu.max(self.best_throughput), Some(n)))
         } else if self.best_throughput > 0.0 {
-            let mu = at(self.max_running).unwrap_or(0.0).max(self.best_throughput);
+            let mu = at(self.max_running)
+                .unwrap_or(0.0)
+                .max(self.best_throughput);
             Some((Basis::LowerBound, mu, Some(self.max_running)))
         } else {
             None
@@ -359,7 +372,9 @@ mod tests {
     fn extrapolates_unsaturated_evidence_to_the_batch_limit() {
         let mut c = Calibration::default();
         // The first four syncs fill the rate window; then one pair per sync.
-        for r in [4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0] {
+        for r in [
+            4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
+        ] {
             c.observe(&conv(r, 0.0), true, Some(false));
         }
         // No queue seen yet: a lower bound, the line at the largest batch seen (20):

@@ -17,7 +17,7 @@
 
 use llmscaler_api::{LLMScalerSpec, parse_attainment, parse_positive};
 
-use super::calibration::{Evidence, Estimate};
+use super::calibration::{Estimate, Evidence};
 use super::{MetricOutcome, Skip};
 
 /// The outcome's name in status, Events and `simulate` columns.
@@ -141,7 +141,13 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
     let s = objective.series_selector.trim();
     let attainment = parse_attainment(&objective.attainment).unwrap_or(0.99);
     let rate = |name: &str| format!("sum(rate({name}{{{s}}}[{WINDOW}]))");
-    let mean = |name: &str| format!("{} / {}", rate(&format!("{name}_sum")), rate(&format!("{name}_count")));
+    let mean = |name: &str| {
+        format!(
+            "{} / {}",
+            rate(&format!("{name}_sum")),
+            rate(&format!("{name}_count"))
+        )
+    };
     Some(vec![
         rate("vllm:request_success_total"),
         rate("vllm:prompt_tokens_total"),
@@ -267,10 +273,17 @@ pub(crate) fn trend(points: &[(i64, f64)]) -> f64 {
         .iter()
         .zip(points)
         .fold((0.0, 0.0), |(sxy, sxx), (x, (_, y))| {
-            (sxy + (x - mean_x) * (y - mean_y), sxx + (x - mean_x) * (x - mean_x))
+            (
+                sxy + (x - mean_x) * (y - mean_y),
+                sxx + (x - mean_x) * (x - mean_x),
+            )
         });
     let slope = sxy / sxx;
-    if slope.is_finite() { slope.max(0.0) } else { 0.0 }
+    if slope.is_finite() {
+        slope.max(0.0)
+    } else {
+        0.0
+    }
 }
 
 #[cfg(test)]
@@ -341,7 +354,8 @@ mod tests {
         // The budget: 2 s less a 0.3 s floor; never below a quarter.
         assert!((model.budget(Some(0.3)) - 1.7).abs() < 1e-12);
         assert!((model.budget(Some(5.0)) - 0.5).abs() < 1e-12);
-        let outcome: MetricOutcome<String> = model.outcome(8.0, &estimate(4.5, 1.0), Some(0.2), 128);
+        let outcome: MetricOutcome<String> =
+            model.outcome(8.0, &estimate(4.5, 1.0), Some(0.2), 128);
         assert_eq!(outcome.recommendation, Ok(3));
     }
 
@@ -360,7 +374,9 @@ mod tests {
 
     #[test]
     fn the_trend_is_rising_or_zero() {
-        let rising: Vec<(i64, f64)> = (0..5).map(|i| (i * 15_000, 1.0 + 0.15 * i as f64)).collect();
+        let rising: Vec<(i64, f64)> = (0..5)
+            .map(|i| (i * 15_000, 1.0 + 0.15 * i as f64))
+            .collect();
         assert!((trend(&rising) - 0.01).abs() < 1e-9);
         let falling: Vec<(i64, f64)> = (0..5).map(|i| (i * 15_000, 5.0 - i as f64)).collect();
         assert_eq!(trend(&falling), 0.0);

@@ -77,8 +77,7 @@ pub async fn explain_live(
     {
         readings = read_through_proxy(&client, &service, &spec).await;
     }
-    let (activation, capacity, objective) =
-        extra_reads(&source, &spec, state.spec_replicas).await;
+    let (activation, capacity, objective) = extra_reads(&source, &spec, state.spec_replicas).await;
     // The history as persisted (the leader may hold a newer copy in memory, refreshed into status
     // at least every refresh interval); the start-up time as status says.
     let history = history_from_status(scaler.status.as_ref(), 0);
@@ -104,11 +103,7 @@ pub async fn explain_live(
 pub(crate) fn observation<'a>(
     target: crate::engine::Observation,
     signal: crate::engine::Signal<&'a MetricError>,
-    (activation, capacity, objective): (
-        &'a Option<Result<f64, MetricError>>,
-        &'a Option<crate::controller::observe::CapacityReadings>,
-        &'a Option<Vec<Result<f64, MetricError>>>,
-    ),
+    (activation, capacity, objective): ExtraRefs<'a>,
     status: Option<&'a llmscaler_api::LLMScalerStatus>,
 ) -> step::Observation<'a, &'a MetricError> {
     step::Observation {
@@ -131,6 +126,13 @@ pub(crate) fn observation<'a>(
         status,
     }
 }
+
+/// Borrowed [`ExtraReadings`].
+pub(crate) type ExtraRefs<'a> = (
+    &'a Option<Result<f64, MetricError>>,
+    &'a Option<crate::controller::observe::CapacityReadings>,
+    &'a Option<Vec<Result<f64, MetricError>>>,
+);
 
 /// The readings of one probe besides `spec.metrics`: activation, capacity, objective.
 pub(crate) type ExtraReadings = (

@@ -99,8 +99,8 @@ impl Scaler {
         let (policy, active_schedules, woken) = self.policy(observed);
         let spec = &self.spec;
         let sync_period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
-        let startup_s = crate::engine::startup::startup_seconds(spec, &self.memory.startup)
-            .unwrap_or(0.0);
+        let startup_s =
+            crate::engine::startup::startup_seconds(spec, &self.memory.startup).unwrap_or(0.0);
         let added = super::objective::step(
             spec,
             &mut self.memory.objective,
