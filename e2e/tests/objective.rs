@@ -92,8 +92,9 @@ async fn an_objective_alone_scales_the_fleet_and_reports_its_estimate() -> anyho
             .and_then(|v| v.parse::<f64>().ok());
         let basis = capacity["basis"].as_str().unwrap_or_default().to_owned();
         Ok(match rps {
-            // An estimate from the fleet's evidence, not the first syncs' lower bound.
-            Some(rps) if rps > 0.0 && !basis.is_empty() && basis != "lowerBound" => {
+            // An estimate from the fleet's evidence (on this steady load a `lowerBound`: the
+            // batch never varies enough for a line), past the first syncs' light-load reading.
+            Some(rps) if rps >= 1.0 && !basis.is_empty() && capacity["template"].is_string() => {
                 Check::Done(capacity)
             }
             _ => Check::NotYet(status.to_string()),
