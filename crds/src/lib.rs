@@ -18,8 +18,9 @@ pub use defaults::apply_defaults;
 pub use policy::OperatorPolicy;
 pub use types::*;
 pub use validation::{
-    FieldError, ValidationErrors, check_spec, parse_positive, parse_target, parse_threshold,
-    parse_tolerance, parse_window_multiple, validate_spec,
+    FieldError, ValidationErrors, check_series_selector, check_spec, parse_attainment,
+    parse_positive, parse_target, parse_threshold, parse_tolerance, parse_window_multiple,
+    validate_spec,
 };
 
 /// The CustomResourceDefinition of [`LLMScaler`] as YAML, exactly as committed in

@@ -64,8 +64,8 @@ use crate::defaults;
     validation = Rule::new("self.minReplicas <= self.maxReplicas")
         .message("minReplicas must be less than or equal to maxReplicas")
         .field_path(".minReplicas"),
-    validation = Rule::new("(has(self.metricProvider) && self.metricProvider == 'Custom') || (has(self.metrics) && size(self.metrics) > 0)")
-        .message("metrics must not be empty under the Prometheus provider")
+    validation = Rule::new("(has(self.metricProvider) && self.metricProvider == 'Custom') || (has(self.metrics) && size(self.metrics) > 0) || has(self.objective)")
+        .message("metrics must not be empty under the Prometheus provider (unless objective is set)")
         .field_path(".metrics"),
     validation = Rule::new("!has(self.metricProvider) || self.metricProvider != 'Custom' || has(self.customProvider)")
         .message("customProvider is required when metricProvider is Custom")
@@ -176,6 +176,13 @@ pub struct LLMScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,
 
+    /// The service-level objective (docs/objective.md): the operator chooses the fewest
+    /// replicas that keep the TTFT objective, with a per-replica capacity it learns from the
+    /// fleet's own runtime metrics (`status.capacity`). Prometheus provider only; `metrics` may
+    /// then be left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<Objective>,
+
     /// Opt-in start-up awareness (docs/guards.md#start-up-awareness): the scale-down
     /// stabilization window follows the measured time from scale-up to Ready
     /// (`status.startupSeconds`).
@@ -281,6 +288,32 @@ pub struct Capacity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 3600))]
     pub backlog_seconds: Option<i32>,
+}
+
+/// A TTFT objective (docs/objective.md): at least `attainment` of the requests get their first
+/// token within `ttftSeconds`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Objective {
+    /// The time-to-first-token bound, seconds, a quoted number greater than zero, e.g. `"2"`.
+    #[schemars(length(min = 1, max = 64))]
+    pub ttft_seconds: String,
+    /// The share of requests that must meet `ttftSeconds`, a quoted number in `(0, 1)`, e.g.
+    /// `"0.99"`.
+    #[schemars(length(min = 1, max = 64))]
+    pub attainment: String,
+    /// The serving runtime whose metrics are read. Default `vllm` (the only one so far).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    /// PromQL label matchers naming the workload's series, without braces, e.g.
+    /// `namespace="inference",model_name="llama"`.
+    #[schemars(length(min = 1, max = 1024))]
+    pub series_selector: String,
+    /// How far ahead the demand trend is projected, seconds, 0 to 3600; at least the start-up
+    /// time is used under `spec.startup`. Default 0 (the start-up time, or no projection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub lookahead_seconds: Option<i32>,
 }
 
 /// Start-up awareness (docs/guards.md#start-up-awareness).
@@ -704,10 +737,51 @@ pub struct LLMScalerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 2147483647))]
     pub startup_seconds: Option<i32>,
+    /// The per-replica capacity learned for `spec.objective` (docs/objective.md#status); unset
+    /// without an objective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityStatus>,
     /// `Ready`, `ScalingActive`, `AbleToScale`, `ScalingLimited`, `ReplicasContested`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Option<Vec<Condition>>,
+}
+
+/// The per-replica capacity estimate of `spec.objective` (docs/objective.md#status). Written
+/// only when it changes materially (a new basis or template, a rate 5 % away), so a steady
+/// fleet causes no status writes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityStatus {
+    /// How the estimate was obtained: `calibrated` (the step-time fit extrapolated to the batch
+    /// limit), `saturated` (completions per replica while every replica queued), `lowerBound`
+    /// (the best throughput observed; too little evidence yet).
+    pub basis: String,
+    /// Requests per second one Ready replica completes at full load, as a decimal string.
+    pub requests_per_second: String,
+    /// Prompt tokens per second one Ready replica processes at full load, as a decimal string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_per_second: Option<String>,
+    /// The best throughput per Ready replica observed, requests per second (a lower bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_bound: Option<String>,
+    /// The correction factor on demand from observed vs predicted TTFT, 1 to 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<String>,
+    /// Syncs of evidence behind the estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
+    pub samples: Option<i32>,
+    /// When the estimate was last written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<Time>,
+    /// A hash of the target's pod template the estimate was learned on: a rollout (new model,
+    /// image or GPU) starts the estimate over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// What the estimate rests on, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Why and since when the operator does not act on the target.
@@ -779,6 +853,7 @@ impl LLMScalerSpec {
             schedules: None,
             preemption: None,
             capacity: None,
+            objective: None,
             startup: None,
         }
     }

@@ -104,6 +104,7 @@ pub fn validate_spec(spec: &LLMScalerSpec, policy: &OperatorPolicy) -> Vec<Field
     validate_schedules(spec, &mut errors);
     validate_activation(spec, &mut errors);
     validate_capacity(spec, &mut errors);
+    validate_objective(spec, &mut errors);
     validate_startup(spec, &mut errors);
     validate_scale_to_zero(spec, &mut errors);
     errors
@@ -592,7 +593,7 @@ fn validate_provider(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
     match spec.effective_provider() {
         MetricProvider::Prometheus => {
             let metrics = spec.metrics();
-            if metrics.is_empty() {
+            if metrics.is_empty() && spec.objective.is_none() {
                 errors.push(FieldError::new(
                     "spec.metrics",
                     "must list at least one {query, target} under the Prometheus provider",
@@ -846,6 +847,80 @@ pub fn parse_window_multiple(raw: &str) -> Result<f64, String> {
             "{v} is outside (0, {MAX_WINDOW_MULTIPLE}]; the window is this multiple of the start-up time"
         )),
         Err(_) => Err(format!("{raw:?} is not a number (write e.g. \"2\")")),
+    }
+}
+
+/// Parses `objective.attainment`: a quoted number strictly between 0 and 1.
+///
+/// # Errors
+/// A message (without the field path) otherwise.
+pub fn parse_attainment(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1.0 => Ok(v),
+        Ok(v) => Err(format!(
+            "{v} is outside (0, 1); write the share of requests, e.g. \"0.99\""
+        )),
+        Err(_) => Err(format!("{raw:?} is not a number (write e.g. \"0.99\")")),
+    }
+}
+
+/// Checks `objective.seriesSelector`: PromQL label matchers without braces, each
+/// `name="value"` (or `!=`, `=~`, `!~`), that parse inside a selector.
+///
+/// # Errors
+/// A message (without the field path) otherwise.
+pub fn check_series_selector(raw: &str) -> Result<(), String> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Err(
+            "must name the workload's series, e.g. namespace=\"x\",model_name=\"y\"".into(),
+        );
+    }
+    if raw.contains('{') || raw.contains('}') {
+        return Err(format!("{raw:?}: write the label matchers without braces"));
+    }
+    promql_parser::parser::parse(&format!("vllm:num_requests_running{{{raw}}}"))
+        .map(|_| ())
+        .map_err(|why| format!("{raw:?} is not a list of label matchers: {why}"))
+}
+
+fn validate_objective(spec: &LLMScalerSpec, errors: &mut Vec<FieldError>) {
+    let Some(objective) = &spec.objective else {
+        return;
+    };
+    match spec.effective_provider() {
+        MetricProvider::Prometheus => {}
+        MetricProvider::Custom => errors.push(FieldError::new(
+            "spec.objective",
+            "only under the Prometheus provider (its queries go to serverAddress)",
+        )),
+    }
+    if let Err(message) = parse_positive(&objective.ttft_seconds) {
+        errors.push(FieldError::new("spec.objective.ttftSeconds", message));
+    }
+    if let Err(message) = parse_attainment(&objective.attainment) {
+        errors.push(FieldError::new("spec.objective.attainment", message));
+    }
+    if let Err(message) = check_series_selector(&objective.series_selector) {
+        errors.push(FieldError::new("spec.objective.seriesSelector", message));
+    }
+    match objective.runtime {
+        None | Some(crate::Runtime::Vllm) => {}
+        Some(other) => errors.push(FieldError::new(
+            "spec.objective.runtime",
+            format!(
+                "{}: only vllm publishes the step-time evidence the estimate needs",
+                crate::signals::runtime_name(other)
+            ),
+        )),
+    }
+    if let Some(seconds) = objective.lookahead_seconds
+        && !(0..=3600).contains(&seconds)
+    {
+        errors.push(FieldError::new(
+            "spec.objective.lookaheadSeconds",
+            format!("{seconds} is outside 0 to 3600 seconds"),
+        ));
     }
 }
 

@@ -177,6 +177,24 @@ pub fn render(model_name: &str, replicas: &[(Labels, ReplicaMetrics)]) -> String
         let _ = writeln!(out, "{name}_sum{l} {}", number(m.counters.ttft_sum_s));
         let _ = writeln!(out, "{name}_count{l} {}", m.counters.ttft_count);
     }
+    // The inter-token latency (vLLM 0.32's `vllm:inter_token_latency_seconds`): the step
+    // times decoding sequences saw; only the `+Inf` bucket, its sum and count.
+    let name = "vllm:inter_token_latency_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Histogram of inter-token latency in seconds.\n# TYPE {name} histogram"
+    );
+    for (labels, m) in &replicas {
+        let _ = writeln!(
+            out,
+            "{name}_bucket{} {}",
+            label_text(labels, Some(("le", "+Inf"))),
+            m.counters.itl_count
+        );
+        let l = label_text(labels, None);
+        let _ = writeln!(out, "{name}_sum{l} {}", number(m.counters.itl_sum_s));
+        let _ = writeln!(out, "{name}_count{l} {}", m.counters.itl_count);
+    }
     out
 }
 
@@ -225,6 +243,9 @@ mod tests {
         assert!(text.contains(&format!(
             "vllm:time_to_first_token_seconds_count{{{l}}} 1\n"
         )));
-        assert_eq!(text.lines().filter(|l| l.contains("_bucket")).count(), 23);
+        assert!(text.contains(&format!(
+            "vllm:inter_token_latency_seconds_count{{{l}}} 1\n"
+        )));
+        assert_eq!(text.lines().filter(|l| l.contains("_bucket")).count(), 24);
     }
 }

@@ -91,6 +91,11 @@ pub struct Counters {
     pub ttft_sum_s: f64,
     /// Number of TTFT observations.
     pub ttft_count: u64,
+    /// `vllm:inter_token_latency_seconds_sum`: the step times seen by decoding sequences, one
+    /// observation per output token after the first, seconds.
+    pub itl_sum_s: f64,
+    /// `vllm:inter_token_latency_seconds_count`: output tokens after the first.
+    pub itl_count: u64,
 }
 
 /// What one replica's `/metrics` would show now.
@@ -251,6 +256,8 @@ impl Replica {
             self.running[i].generated += 1;
             self.kv_used += 1;
             self.counters.generation_tokens += 1;
+            self.counters.itl_sum_s += dt;
+            self.counters.itl_count += 1;
         }
         let mut kv_used = self.kv_used;
         let mut success = 0;

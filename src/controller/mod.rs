@@ -614,6 +614,10 @@ fn step_input<'a>(
                 arrival: arrival.as_ref().copied(),
                 backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
             }),
+        objective: observed
+            .objective
+            .as_ref()
+            .map(|values| values.iter().map(|v| v.as_ref().copied()).collect()),
         activation: observed.activation.as_ref().map(|a| a.as_ref().copied()),
         pods: observed.pods.clone(),
         in_flight: observed
@@ -642,5 +646,15 @@ pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
         is_deployment: target.is_deployment,
         owns_replicas: target.owns_replicas,
         other_replicas_managers: target.other_replicas_managers.clone(),
+        template: target
+            .object
+            .data
+            .get("spec")
+            .and_then(|s| s.get("template"))
+            .map(|t| match t.as_str() {
+                // A cached target keeps the hash only (target_cache::prune).
+                Some(hash) => hash.to_owned(),
+                None => step::objective::template_hash(t),
+            }),
     }
 }

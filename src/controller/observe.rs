@@ -50,6 +50,8 @@ pub(crate) struct Observed {
     pub competitor: Option<String>,
     /// The readings of `spec.capacity`'s queries, when it is set (Prometheus provider).
     pub capacity: Option<CapacityReadings>,
+    /// The readings of `spec.objective`'s queries, in order, when it is set.
+    pub objective: Option<Vec<Result<f64, MetricError>>>,
     /// The target's live pods, when the step asked for them.
     pub pods: Option<Result<Vec<step::Pod>, String>>,
     /// The drain's in-flight readings, when the step asked for them.
@@ -89,9 +91,18 @@ pub(crate) async fn observe(sync: &SyncContext<'_>, scaler: &Scaler) -> Observat
         MetricSource::Prometheus(p) => Some(p),
         MetricSource::Decision(_) => None,
     };
-    let (readings, (activation, capacity, in_flight, deletion_costs)) = futures::join!(
+    let objective = async {
+        let (Some(prometheus), Some(queries)) =
+            (prometheus, crate::engine::objective::queries(spec))
+        else {
+            return None;
+        };
+        Some(futures::future::join_all(queries.iter().map(|q| prometheus.query(q))).await)
+    };
+    let (readings, (activation, capacity, in_flight, deletion_costs), objective) = futures::join!(
         source.read_with_pods(spec, metric_pods.as_ref()),
-        extra_reads(prometheus, spec, &reads)
+        extra_reads(prometheus, spec, &reads),
+        objective
     );
     Observation::Observed(Box::new(Observed {
         resource,
@@ -100,6 +111,7 @@ pub(crate) async fn observe(sync: &SyncContext<'_>, scaler: &Scaler) -> Observat
         activation,
         competitor: competitors::from_stores(&ctx.hpas, &ctx.scalers, sync.scaler),
         capacity,
+        objective,
         pods,
         in_flight,
         deletion_costs,

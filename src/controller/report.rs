@@ -85,6 +85,7 @@ pub(crate) async fn report(
         history: Some(plan.history.clone()),
         draining: Some(plan.draining.clone()),
         startup_seconds: plan.startup_seconds,
+        capacity: Some(plan.capacity.clone()),
     };
     write_outcome(sync, &outcome).await
 }
@@ -201,6 +202,9 @@ pub(crate) struct Outcome {
     pub draining: Option<Option<llmscaler_api::DrainingStatus>>,
     /// The measured start-up time, seconds, when `spec.startup` is set and one was measured.
     pub startup_seconds: Option<i32>,
+    /// The objective's capacity estimate, when a decision was made: `Some(None)` none (no
+    /// objective, or no evidence yet).
+    pub capacity: Option<Option<llmscaler_api::CapacityStatus>>,
 }
 
 /// The new status of `scaler` after a sync at `now`, and the Events of the condition flips.
@@ -255,6 +259,14 @@ pub(crate) fn status(
             Some(draining) => draining.clone(),
         },
         startup_seconds: outcome.startup_seconds.or(previous.startup_seconds),
+        capacity: match &outcome.capacity {
+            None => previous.capacity.clone(),
+            Some(new) => crate::step::objective::merge(
+                previous.capacity.as_ref(),
+                new.clone(),
+                now.as_millisecond(),
+            ),
+        },
         conditions: Some(merged),
     };
     (status, events)

@@ -156,7 +156,16 @@ const STATUS_READ: [&str; 4] = [
 /// `generation` stay.
 pub fn prune(object: &mut DynamicObject) {
     if let Some(spec) = object.data.get_mut("spec").and_then(|s| s.as_object_mut()) {
+        // The pod template is kept as its hash only (`spec.objective` starts its calibration
+        // over when it changes, docs/objective.md#status).
+        let hash = spec
+            .get("template")
+            .filter(|t| !t.is_string())
+            .map(crate::step::objective::template_hash);
         spec.retain(|key, _| key == "replicas" || key == "selector");
+        if let Some(hash) = hash {
+            spec.insert("template".to_owned(), serde_json::Value::String(hash));
+        }
     }
     if let Some(status) = object
         .data
@@ -254,7 +263,7 @@ mod tests {
             crate::controller::victims::selector_string(&before.object.data),
             crate::controller::victims::selector_string(&after.object.data)
         );
-        assert!(after.object.data["spec"].get("template").is_none());
+        assert!(after.object.data["spec"]["template"].is_string());
         assert!(after.object.metadata.annotations.is_none());
         assert!(after.object.metadata.labels.is_none());
         assert!(after.object.data["status"].get("conditions").is_none());

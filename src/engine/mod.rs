@@ -6,12 +6,14 @@
 //! policy and the stabilization history, and returns the `spec.replicas` to have after the sync,
 //! the status `desiredReplicas` and a machine-readable [`Reason`].
 
+pub mod calibration;
 pub mod capacity;
 pub mod clock;
 pub mod conditions;
 pub(crate) mod contest;
 pub mod evidence;
 mod history;
+pub mod objective;
 mod ratio;
 pub mod scale_up;
 pub mod schedule;
@@ -354,6 +356,9 @@ pub fn decide<E: Clone>(
 pub(crate) struct Extras<E> {
     /// `spec.capacity`'s model and this sync's readings of its queries.
     pub capacity: Option<(capacity::CapacityModel, capacity::CapacityInput<E>)>,
+    /// `spec.objective`'s outcome of this sync (docs/objective.md), computed by the step that
+    /// owns the calibration; like the capacity recommendation, it is not evidence-bounded.
+    pub objective: Option<MetricOutcome<E>>,
     /// Replicas of a recent scale-up are still starting and count as coming capacity
     /// ([`startup::holds_scale_up`]): the metrics may not raise `spec.replicas`, the capacity
     /// recommendation still may.
@@ -364,6 +369,7 @@ impl<E> Default for Extras<E> {
     fn default() -> Self {
         Self {
             capacity: None,
+            objective: None,
             hold_metric_scale_up: false,
         }
     }
@@ -409,7 +415,12 @@ pub(crate) fn decide_with<E: Clone>(
         metrics.push(outcome);
         r
     });
-    if extras.capacity.is_some() {
+    let objective_recommendation = extras.objective.as_ref().and_then(|outcome| {
+        metrics.push(outcome.clone());
+        outcome.recommendation.as_ref().ok().copied()
+    });
+    let capacity_recommendation = capacity_recommendation.max(objective_recommendation);
+    if extras.capacity.is_some() || extras.objective.is_some() {
         recommendation = best_recommendation(&metrics);
     }
     // Hold: nothing measurable recommends the current spec.replicas, which then goes through

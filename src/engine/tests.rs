@@ -715,6 +715,7 @@ fn a_held_back_recommendation_is_not_replayed_by_the_window() {
     };
     let hold = Extras {
         capacity: None,
+        objective: None,
         hold_metric_scale_up: true,
     };
     let mut history = History::default();

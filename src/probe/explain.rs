@@ -51,6 +51,7 @@ pub fn explain<E: Clone + Display>(
         target: step_target(target.observed),
         signal: signal.clone(),
         capacity: None,
+        objective: None,
         activation: None,
         pods: None,
         in_flight: None,
@@ -74,6 +75,7 @@ pub fn step_target(observed: Observation) -> step::Target {
         is_deployment: false,
         owns_replicas: true,
         other_replicas_managers: Vec::new(),
+        template: None,
     }
 }
 
@@ -136,6 +138,9 @@ pub fn explain_step<E: Clone + Display>(
     );
     caps_step(&mut out, &policy, &decision, spec_replicas);
     result_step(&mut out, &decision, observed);
+    if spec.objective.is_some() {
+        capacity_line(&mut out, plan.capacity.as_ref());
+    }
     let _ = writeln!(
         out,
         "next: {}",
@@ -147,6 +152,30 @@ pub fn explain_step<E: Clone + Display>(
         skipped,
         replicas: decision.replicas,
         reason: decision.reason,
+    }
+}
+
+/// The objective's capacity estimate and how it was obtained (docs/objective.md#status).
+fn capacity_line(out: &mut String, capacity: Option<&llmscaler_api::CapacityStatus>) {
+    match capacity {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "capacity: {} requests/s per replica ({}; correction {}, lower bound {}, {} syncs of evidence): {}",
+                c.requests_per_second,
+                c.basis,
+                c.correction.as_deref().unwrap_or("1"),
+                c.lower_bound.as_deref().unwrap_or("-"),
+                c.samples.unwrap_or(0),
+                c.message.as_deref().unwrap_or("")
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "capacity: no estimate yet (no completions seen): the ttft guardrail and the bounds act"
+            );
+        }
     }
 }
 

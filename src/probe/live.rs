@@ -77,7 +77,7 @@ pub async fn explain_live(
     {
         readings = read_through_proxy(&client, &service, &spec).await;
     }
-    let (activation, capacity) = extra_reads(&source, &spec, state.spec_replicas).await;
+    let (activation, capacity, objective) = extra_reads(&source, &spec, state.spec_replicas).await;
     // The history as persisted (the leader may hold a newer copy in memory, refreshed into status
     // at least every refresh interval); the start-up time as status says.
     let history = history_from_status(scaler.status.as_ref(), 0);
@@ -89,7 +89,7 @@ pub async fn explain_live(
     let observed = observation(
         state.observation(),
         readings.signal(&spec),
-        (&activation, &capacity),
+        (&activation, &capacity, &objective),
         scaler.status.as_ref(),
     );
     let step = Scaler::new(&spec, scaler.status.as_ref()).with_history(history.clone());
@@ -103,10 +103,7 @@ pub async fn explain_live(
 pub(crate) fn observation<'a>(
     target: crate::engine::Observation,
     signal: crate::engine::Signal<&'a MetricError>,
-    (activation, capacity): (
-        &'a Option<Result<f64, MetricError>>,
-        &'a Option<crate::controller::observe::CapacityReadings>,
-    ),
+    (activation, capacity, objective): ExtraRefs<'a>,
     status: Option<&'a llmscaler_api::LLMScalerStatus>,
 ) -> step::Observation<'a, &'a MetricError> {
     step::Observation {
@@ -117,6 +114,9 @@ pub(crate) fn observation<'a>(
             arrival: arrival.as_ref().copied(),
             backlog: backlog.as_ref().map(|b| b.as_ref().copied()),
         }),
+        objective: objective
+            .as_ref()
+            .map(|values| values.iter().map(|v| v.as_ref().copied()).collect()),
         activation: activation.as_ref().map(|a| a.as_ref().copied()),
         pods: None,
         in_flight: None,
@@ -128,18 +128,36 @@ pub(crate) fn observation<'a>(
     }
 }
 
-/// The activation query (while the target is at zero) and `spec.capacity`'s queries, read as
-/// the operator reads them (nothing under the Custom provider).
+/// Borrowed [`ExtraReadings`].
+pub(crate) type ExtraRefs<'a> = (
+    &'a Option<Result<f64, MetricError>>,
+    &'a Option<crate::controller::observe::CapacityReadings>,
+    &'a Option<Vec<Result<f64, MetricError>>>,
+);
+
+/// The readings of one probe besides `spec.metrics`: activation, capacity, objective.
+pub(crate) type ExtraReadings = (
+    Option<Result<f64, MetricError>>,
+    Option<crate::controller::observe::CapacityReadings>,
+    Option<Vec<Result<f64, MetricError>>>,
+);
+
+/// The activation query (while the target is at zero), `spec.capacity`'s and
+/// `spec.objective`'s queries, read as the operator reads them (nothing under the Custom
+/// provider).
 pub(crate) async fn extra_reads(
     source: &MetricSource,
     spec: &LLMScalerSpec,
     spec_replicas: i32,
-) -> (
-    Option<Result<f64, MetricError>>,
-    Option<crate::controller::observe::CapacityReadings>,
-) {
+) -> ExtraReadings {
     let MetricSource::Prometheus(prometheus) = source else {
-        return (None, None);
+        return (None, None, None);
+    };
+    let objective = match crate::engine::objective::queries(spec) {
+        Some(queries) => {
+            Some(futures::future::join_all(queries.iter().map(|q| prometheus.query(q))).await)
+        }
+        None => None,
     };
     let activation = match &spec.activation {
         Some(activation) if spec_replicas == 0 => Some(prometheus.query(&activation.query).await),
@@ -158,7 +176,7 @@ pub(crate) async fn extra_reads(
         }
         None => None,
     };
-    (activation, capacity)
+    (activation, capacity, objective)
 }
 
 /// When to read Prometheus through the API server's service proxy.

@@ -193,7 +193,7 @@ pub async fn evaluate(
 ) -> Result<ProbeReport, MetricError> {
     let source = MetricSource::from_spec(client, spec)?;
     let readings = source.read(spec).await;
-    let (activation, capacity) = live::extra_reads(&source, spec, ready).await;
+    let (activation, capacity, objective) = live::extra_reads(&source, spec, ready).await;
     let target = engine::Observation {
         spec_replicas: ready,
         ready_replicas: ready,
@@ -202,7 +202,7 @@ pub async fn evaluate(
     let observed = live::observation(
         target,
         readings.signal(spec),
-        (&activation, &capacity),
+        (&activation, &capacity, &objective),
         None,
     );
     let decision = Scaler::new(spec, None).step(&observed).decision;

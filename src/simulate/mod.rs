@@ -119,6 +119,7 @@ impl Readiness {
 pub fn refused_by_metrics(spec: &LLMScalerSpec) -> Result<(), String> {
     let refused = [
         (spec.capacity.is_some(), "spec.capacity"),
+        (spec.objective.is_some(), "spec.objective"),
         (spec.activation.is_some(), "spec.activation"),
         (spec.drain().is_some(), "spec.scaleDown.drain"),
     ];
@@ -158,12 +159,14 @@ pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step>
                     is_deployment: false,
                     owns_replicas: true,
                     other_replicas_managers: Vec::new(),
+                    template: None,
                 },
                 signal: match spec.effective_provider() {
                     MetricProvider::Prometheus => engine::Signal::metrics(spec, row.values.clone()),
                     MetricProvider::Custom => engine::Signal::Decision(row.decision.clone()),
                 },
                 capacity: None,
+                objective: None,
                 activation: None,
                 pods: None,
                 in_flight: None,

@@ -101,8 +101,39 @@ impl Scaler {
         let (policy, active_schedules, woken) = self.policy(observed);
         let spec = &self.spec;
         let sync_period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
+        let startup_s =
+            crate::engine::startup::startup_seconds(spec, &self.memory.startup).unwrap_or(0.0);
+        let added = super::objective::step(
+            spec,
+            &mut self.memory.objective,
+            observed.objective.as_ref(),
+            (
+                now_ms,
+                target.spec_replicas,
+                target.ready_replicas,
+                target.template.as_ref(),
+            ),
+            startup_s,
+            policy.max_replicas,
+        );
+        let mut signal = observed.signal.clone();
+        let (objective, capacity_status) = match added {
+            Some(added) => {
+                if let (Some(guardrail), engine::Signal::Metrics(inputs)) =
+                    (added.guardrail, &mut signal)
+                {
+                    inputs.push(guardrail);
+                }
+                let status = added
+                    .estimate
+                    .map(|e| super::objective::status_of(&e, target.template.as_ref()));
+                (Some(added.outcome), status)
+            }
+            None => (None, None),
+        };
         let extras = Extras {
             capacity: CapacityModel::from_spec(spec).zip(observed.capacity.clone()),
+            objective,
             hold_metric_scale_up: startup::holds_scale_up(
                 spec,
                 &self.memory.startup,
@@ -125,7 +156,7 @@ impl Scaler {
         let decision = engine::decide_with(
             &policy,
             &engine_target,
-            &observed.signal,
+            &signal,
             &extras,
             &mut history,
             now_ms,
@@ -153,6 +184,7 @@ impl Scaler {
             draining: None,
             startup_seconds: None,
             last_contest_ms: None,
+            capacity: capacity_status,
         }
     }
 

@@ -134,6 +134,7 @@ const TABLE: &[(&str, [Handling; 5])] = &[
         ],
     ),
     ("capacity", [A, R, A, A, A]),
+    ("objective", [A, R, A, A, A]),
     ("startup", [A, A, A, A, A]),
     (
         "scaleToZero",
@@ -180,6 +181,8 @@ fn spec_with(field: &str) -> LLMScalerSpec {
         "capacity" => {
             json!({"capacity": {"arrivalRateQuery": "sum(rate(x[1m]))", "replicaRequestsPerSecond": "2"}})
         }
+        "objective" => json!({"objective": {"ttftSeconds": "2", "attainment": "0.99",
+            "seriesSelector": "namespace=\"x\""}}),
         "activation" => json!({"activation": {"query": "sum(q)"}}),
         "scaleToZero" => json!({"scaleToZero": {"holdRequests": true, "service": "vllm"}}),
         "scaleDown.drain" => json!({"scaleDown": {"drain": {}}}),

@@ -16,6 +16,7 @@ mod drain;
 #[cfg(test)]
 mod fields;
 mod route;
+pub mod objective;
 #[cfg(test)]
 mod tests;
 pub mod victims;
@@ -51,6 +52,9 @@ pub struct Target {
     pub owns_replicas: bool,
     /// Other field managers owning `spec.replicas`, newest first.
     pub other_replicas_managers: Vec<String>,
+    /// A hash of the pod template ([`objective::template_hash`]), when known: a change starts
+    /// the objective's calibration over.
+    pub template: Option<String>,
 }
 
 /// One pod of the target, as a sync reads it (live pods only: terminating pods are left out).
@@ -125,6 +129,9 @@ pub struct Observation<'a, E> {
     pub signal: Signal<E>,
     /// The readings of `spec.capacity`'s queries, when it is set.
     pub capacity: Option<CapacityInput<E>>,
+    /// The readings of `spec.objective`'s queries ([`crate::engine::objective::queries`], in
+    /// order), when it is set.
+    pub objective: Option<Vec<Result<f64, E>>>,
     /// The activation query's value, read while `spec.replicas` is 0 and `spec.activation` is
     /// set.
     pub activation: Option<Result<f64, E>>,
@@ -263,6 +270,9 @@ pub struct Plan<E> {
     pub startup_seconds: Option<i32>,
     /// The last time the contest was seen, Unix ms (for `ReplicasContested`).
     pub last_contest_ms: Option<i64>,
+    /// The objective's capacity estimate, for `status.capacity` (without `observedAt`; see
+    /// [`objective::merge`]); `None` without `spec.objective` or before any evidence.
+    pub capacity: Option<llmscaler_api::CapacityStatus>,
 }
 
 /// A drain in progress (docs/scale-down.md#drain): pods out of rotation.
@@ -294,6 +304,8 @@ struct Memory {
     /// Milliseconds added to the times another process wrote in status (a drain's `since`), see
     /// [`Scaler::status_written_behind_by`].
     status_shift_ms: i64,
+    /// The objective's calibration.
+    objective: objective::ObjectiveMemory,
 }
 
 /// One scaler's step and memory (see the module documentation).
@@ -321,6 +333,7 @@ impl Scaler {
                 startup: StartupTracker::seeded(
                     status.and_then(|s| s.startup_seconds).map(f64::from),
                 ),
+                objective: objective::ObjectiveMemory::restored(status),
                 ..Memory::default()
             },
         }

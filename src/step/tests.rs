@@ -94,6 +94,7 @@ fn observation<'a>(
         target,
         signal: signal(value),
         capacity: None,
+        objective: None,
         activation: None,
         pods: Some(Ok(Vec::new())),
         in_flight: None,

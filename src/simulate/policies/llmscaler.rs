@@ -34,6 +34,8 @@ pub struct LlmscalerPolicy {
     namespace: String,
     /// `spec.capacity`'s arrival-rate and backlog queries.
     capacity: Option<(Expr, Option<Expr>)>,
+    /// `spec.objective`'s queries, in order.
+    objective: Option<Vec<Expr>>,
     /// Every sync's observation and plan, when recording ([`LlmscalerPolicy::recording`]).
     record: Option<Vec<Synced>>,
 }
@@ -64,6 +66,9 @@ impl LlmscalerPolicy {
             )),
             None => None,
         };
+        let objective = crate::engine::objective::queries(spec)
+            .map(|queries| queries.iter().map(|q| parse_checked(q)).collect())
+            .transpose()?;
         for query in [
             spec.activation.as_ref().map(|a| a.query.as_str()),
             spec.drain().and_then(|d| d.in_flight_query.as_deref()),
@@ -83,6 +88,7 @@ impl LlmscalerPolicy {
             costs: BTreeMap::new(),
             namespace: "default".to_owned(),
             capacity,
+            objective,
             record: None,
         })
     }
@@ -253,6 +259,7 @@ impl LlmscalerPolicy {
             is_deployment: true,
             owns_replicas: true,
             other_replicas_managers: Vec::new(),
+            template: Some("replay".to_owned()),
         };
         let reads = self.scaler.reads(&target, &self.namespace, now_ms);
         let values: Vec<Result<f64, String>> = self
@@ -291,6 +298,10 @@ impl LlmscalerPolicy {
                     arrival: read(arrival),
                     backlog: backlog.as_ref().map(read),
                 }),
+            objective: self
+                .objective
+                .as_ref()
+                .map(|queries| queries.iter().map(read).collect()),
             activation: reads
                 .activation
                 .as_deref()

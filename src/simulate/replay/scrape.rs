@@ -40,6 +40,11 @@ fn write_pod(store: &mut Store, base: &Labels, m: &ReplicaMetrics, t_ms: i64) {
             "vllm:time_to_first_token_seconds_count",
             m.counters.ttft_count as f64,
         ),
+        ("vllm:inter_token_latency_seconds_sum", m.counters.itl_sum_s),
+        (
+            "vllm:inter_token_latency_seconds_count",
+            m.counters.itl_count as f64,
+        ),
     ];
     for (name, v) in gauges {
         store.push(&series(base, name, None), t_ms, Some(v));

@@ -1,0 +1,466 @@
+//! The per-replica capacity of `spec.objective`, learned online from the fleet's own vLLM
+//! metrics (docs/objective.md#calibration). No I/O: one sync's [`Evidence`] in, an
+//! [`Estimate`] out.
+//!
+//! A vLLM replica runs a batch of at most `N` sequences (`--max-num-seqs`); each engine step
+//! gives every decoding sequence one token and takes `base + per_seq × running + prefill
+//! tokens / prefill rate`. With Little's law (`running = λ × output × step`) the prefill share
+//! folds into the slope, so the mean inter-token latency is linear in the running batch:
+//! `T(r) = a + b·r`. The estimator fits that line on `(running per replica, inter-token
+//! latency)` pairs of unsaturated syncs too, and extrapolates it to the batch limit:
+//! `μ = N / (output × T(N))` requests per second per replica, at the current mean output
+//! length. `N` is the running count of a replica seen with a queue (a full batch).
+//!
+//! Evidence ranks: `saturated` (completions per replica while every replica queued, smoothed)
+//! wins over `calibrated` (the fit at a known batch limit), which wins over `lowerBound` (the
+//! best of the fit at the largest batch seen and the best throughput per replica observed:
+//! never above the truth, so a fleet sized with it is larger than needed, not smaller).
+//!
+//! Source: the continuous-batching step model of docs/load-model.md; the extrapolation is
+//! ordinary least squares on a line.
+
+use std::collections::VecDeque;
+
+/// Most `(running, latency)` pairs kept: one hour at a 15 s sync period.
+pub(crate) const MAX_SAMPLES: usize = 240;
+/// Fewest pairs, and the running spread (replica-sequences, and share of the largest), before
+/// a line is fitted.
+pub(crate) const MIN_SAMPLES: usize = 8;
+const MIN_SPREAD: f64 = 0.2;
+const MIN_SPREAD_SHARE: f64 = 0.25;
+/// Syncs that cover the queries' 1 min rate window at the usual 15 s period.
+const WINDOW_SYNCS: u32 = 5;
+/// Smoothing of the request mix and of the saturated throughput, per sync.
+const SMOOTHING: f64 = 0.2;
+/// The correction factor's bounds and steps (docs/objective.md#correction).
+pub(crate) const MAX_CORRECTION: f64 = 2.0;
+const CORRECTION_UP: f64 = 1.05;
+const CORRECTION_DOWN: f64 = 0.99;
+
+/// How an estimate was obtained, as `status.capacity.basis` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// Completions per replica while every replica had a queue.
+    Saturated,
+    /// The step-time line extrapolated to a batch limit seen with a queue.
+    Calibrated,
+    /// The step-time line extrapolated to the batch the KV cache holds (no queue seen yet).
+    Extrapolated,
+    /// Not enough evidence: a value the truth is at least.
+    LowerBound,
+    /// Taken from the status of an earlier process, not yet confirmed.
+    Restored,
+}
+
+impl Basis {
+    /// The status spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Saturated => "saturated",
+            Basis::Calibrated => "calibrated",
+            Basis::Extrapolated => "extrapolated",
+            Basis::LowerBound => "lowerBound",
+            Basis::Restored => "restored",
+        }
+    }
+}
+
+/// One sync's fleet readings, every value finite and non-negative (`None`: not measurable).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Evidence {
+    /// Completions, requests/s over the fleet.
+    pub completions: f64,
+    /// Prompt tokens/s over the fleet.
+    pub prompt_tokens: f64,
+    /// Generated tokens/s over the fleet.
+    pub generation_tokens: f64,
+    /// Requests waiting over the fleet.
+    pub waiting: f64,
+    /// Requests running over the fleet.
+    pub running: f64,
+    /// Replicas reporting, replicas.
+    pub replicas: f64,
+    /// The largest running count of one replica.
+    pub max_running: f64,
+    /// The largest queue of one replica.
+    pub max_waiting: f64,
+    /// The smallest queue of one replica.
+    pub min_waiting: f64,
+    /// The mean inter-token latency, seconds.
+    pub inter_token: Option<f64>,
+    /// The mean TTFT, seconds.
+    pub ttft_mean: Option<f64>,
+    /// The KV-cache usage summed over the replicas (each 0..1).
+    pub kv_usage: f64,
+}
+
+/// The capacity of one Ready replica, as estimated at one sync.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    /// How it was obtained.
+    pub basis: Basis,
+    /// Requests per second one replica completes at full load (`μ`).
+    pub requests_per_second: f64,
+    /// Prompt tokens per second one replica processes at full load (`μ` × mean prompt).
+    pub prompt_tokens_per_second: Option<f64>,
+    /// The best throughput per replica observed, requests/s.
+    pub lower_bound: f64,
+    /// The demand correction factor, 1..=2.
+    pub correction: f64,
+    /// Syncs of evidence.
+    pub samples: i32,
+    /// The fitted line `(a seconds, b seconds per sequence)` and the batch limit used.
+    pub line: Option<(f64, f64, f64)>,
+}
+
+/// The estimator's memory (see the module documentation).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Calibration {
+    pairs: VecDeque<(f64, f64)>,
+    batch_limit: Option<f64>,
+    max_running: f64,
+    best_throughput: f64,
+    saturated: Option<f64>,
+    /// Syncs in a row with every replica queued, and with no replica queued.
+    queued_syncs: u32,
+    calm_syncs: u32,
+    /// The busiest replica's running count at the last sync, when it had a queue.
+    queued_running: Option<f64>,
+    /// The sequences the KV cache holds per replica (running over usage), smoothed.
+    kv_limit: Option<f64>,
+    /// Mean prompt and output tokens per request, smoothed.
+    mix: Option<(f64, f64)>,
+    /// The TTFT of a request that did not queue, seconds, smoothed.
+    floor: Option<f64>,
+    correction: Option<f64>,
+    syncs: i32,
+    restored: Option<Estimate>,
+}
+
+impl Calibration {
+    /// A calibration that starts from an estimate of an earlier process (`status.capacity`):
+    /// used until fresh evidence of at least the same rank replaces it.
+    pub(crate) fn restored(estimate: Estimate) -> Self {
+        Self {
+            correction: Some(estimate.correction.clamp(1.0, MAX_CORRECTION)),
+            restored: Some(Estimate {
+                basis: Basis::Restored,
+                ..estimate
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// The mean prompt and output tokens per request, when known.
+    pub(crate) fn mix(&self) -> Option<(f64, f64)> {
+        self.mix
+    }
+
+    /// The TTFT of an unqueued request, seconds, when known.
+    pub(crate) fn floor(&self) -> Option<f64> {
+        self.floor
+    }
+
+    /// Takes one sync's evidence. `sized`: the Ready replicas were at least the objective's
+    /// last recommendation; `ttft_over`: the TTFT quantile was above the objective (`Some`
+    /// when measured). The correction rises only when a fleet of the recommended size still
+    /// misses the objective (a fleet still catching up says nothing about the model).
+    pub(crate) fn observe(&mut self, e: &Evidence, sized: bool, ttft_over: Option<bool>) {
+        if e.replicas < 1.0 {
+            return;
+        }
+        self.syncs = self.syncs.saturating_add(1);
+        let per_replica = e.completions / e.replicas;
+        if per_replica.is_finite() {
+            self.best_throughput = self.best_throughput.max(per_replica);
+        }
+        if e.completions > 0.0 {
+            let prompt = e.prompt_tokens / e.completions;
+            let output = e.generation_tokens / e.completions;
+            if prompt.is_finite() && output.is_finite() && output > 0.0 {
+                self.mix = Some(match self.mix {
+                    None => (prompt, output),
+                    Some((p, o)) => (smooth(p, prompt), smooth(o, output)),
+                });
+            }
+        }
+        self.max_running = self.max_running.max(e.max_running);
+        let queued = (e.max_waiting > 0.0 && e.max_running > 0.0).then_some(e.max_running);
+        if let (Some(now), Some(before)) = (queued, self.queued_running) {
+            // A queue at two syncs in a row means a full batch (or a full KV cache): the
+            // limit. One alone may be a request that arrived during a step.
+            let limit = now.min(before);
+            self.batch_limit = Some(self.batch_limit.unwrap_or(0.0).max(limit));
+        }
+        self.queued_running = queued;
+        // A rate over the 1 min window is a saturated throughput only once the whole window
+        // was saturated; a line pair only once the whole window was free of queues.
+        self.queued_syncs = if e.min_waiting > 0.0 {
+            self.queued_syncs + 1
+        } else {
+            0
+        };
+        self.calm_syncs = if e.max_waiting == 0.0 {
+            self.calm_syncs + 1
+        } else {
+            0
+        };
+        if self.queued_syncs >= WINDOW_SYNCS && per_replica > 0.0 {
+            self.saturated = Some(
+                self.saturated
+                    .map_or(per_replica, |s| smooth(s, per_replica)),
+            );
+        }
+        if e.max_waiting == 0.0
+            && let Some(ttft) = e.ttft_mean
+        {
+            self.floor = Some(self.floor.map_or(ttft, |f| smooth(f, ttft)));
+        }
+        if e.kv_usage > 0.01 && e.running > 0.0 {
+            let limit = e.running / e.kv_usage;
+            if limit.is_finite() {
+                self.kv_limit = Some(self.kv_limit.map_or(limit, |k| smooth(k, limit)));
+            }
+        }
+        // The decoding batch over the window by Little's law: tokens/s × seconds per token
+        // (smooth where the running gauge, read at an instant, is not).
+        let tokens = e.generation_tokens / e.replicas;
+        if let Some(t) = e.inter_token
+            && t > 0.0
+            && self.calm_syncs >= WINDOW_SYNCS
+            && tokens * t >= 0.05
+        {
+            let running = tokens * t;
+            if self.pairs.len() >= MAX_SAMPLES {
+                self.pairs.pop_front();
+            }
+            self.pairs.push_back((running, t));
+        }
+        let correction = self.correction.unwrap_or(1.0);
+        self.correction = Some(match ttft_over {
+            Some(true) if sized => (correction * CORRECTION_UP).min(MAX_CORRECTION),
+            Some(false) => (correction * CORRECTION_DOWN).max(1.0),
+            _ => correction,
+        });
+    }
+
+    /// The estimate now; `None` before any completion was seen and nothing was restored.
+    pub(crate) fn estimate(&self) -> Option<Estimate> {
+        let correction = self.correction.unwrap_or(1.0);
+        let output = self.mix.map(|(_, o)| o);
+        let line = fit(&self.pairs);
+        let at = |n: f64| -> Option<f64> {
+            let (a, b) = line?;
+            let step = a + b * n;
+            let mu = n / (output? * step);
+            (mu.is_finite() && mu > 0.0).then_some(mu)
+        };
+        let fresh = if let Some(s) = self.saturated {
+            Some((Basis::Saturated, s, self.batch_limit))
+        } else if let Some(n) = self.batch_limit
+            && let Some(mu) = at(n)
+        {
+            Some((Basis::Calibrated, mu.max(self.best_throughput), Some(n)))
+        } else if let Some(n) = self.kv_limit.map(|k| k.max(self.max_running))
+            && let Some(mu) = at(n)
+        {
+            Some((Basis::Extrapolated, mu.max(self.best_throughput), Some(n)))
+        } else if self.best_throughput > 0.0 {
+            let mu = at(self.max_running)
+                .unwrap_or(0.0)
+                .max(self.best_throughput);
+            Some((Basis::LowerBound, mu, Some(self.max_running)))
+        } else {
+            None
+        };
+        let fresh = fresh.map(|(basis, mu, n)| Estimate {
+            basis,
+            requests_per_second: mu,
+            prompt_tokens_per_second: self.mix.map(|(p, _)| p * mu),
+            lower_bound: self.best_throughput,
+            correction,
+            samples: self.syncs,
+            line: line.zip(n).map(|((a, b), n)| (a, b, n)),
+        });
+        match (fresh, self.restored) {
+            (Some(f), Some(r)) if f.basis == Basis::LowerBound => Some(Estimate {
+                requests_per_second: r.requests_per_second.max(f.requests_per_second),
+                correction,
+                ..r
+            }),
+            (Some(f), _) => Some(f),
+            (None, r) => r.map(|r| Estimate { correction, ..r }),
+        }
+    }
+}
+
+fn smooth(old: f64, new: f64) -> f64 {
+    old + SMOOTHING * (new - old)
+}
+
+/// The least-squares line `T = a + b·r` through the pairs, when there are enough of them,
+/// spread enough, with a positive slope; `a` is floored at 0.
+fn fit(pairs: &VecDeque<(f64, f64)>) -> Option<(f64, f64)> {
+    if pairs.len() < MIN_SAMPLES {
+        return None;
+    }
+    let (lo, hi) = pairs
+        .iter()
+        .fold((f64::INFINITY, 0.0_f64), |(lo, hi), &(r, _)| {
+            (lo.min(r), hi.max(r))
+        });
+    if hi - lo < MIN_SPREAD.max(MIN_SPREAD_SHARE * hi) {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = pairs.len() as f64;
+    let mean_r = pairs.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_t = pairs.iter().map(|p| p.1).sum::<f64>() / n;
+    let (sxy, sxx) = pairs.iter().fold((0.0, 0.0), |(sxy, sxx), &(r, t)| {
+        (
+            sxy + (r - mean_r) * (t - mean_t),
+            sxx + (r - mean_r) * (r - mean_r),
+        )
+    });
+    let b = sxy / sxx;
+    if !(b.is_finite() && b > 0.0) {
+        return None;
+    }
+    let a = mean_t - b * mean_r;
+    if a >= 0.0 {
+        return Some((a, b));
+    }
+    // A negative intercept: the line through the origin instead (never a faster step than
+    // the data show at the batch limit).
+    let (srt, srr) = pairs
+        .iter()
+        .fold((0.0, 0.0), |(srt, srr), &(r, t)| (srt + r * t, srr + r * r));
+    let b = srt / srr;
+    (b.is_finite() && b > 0.0).then_some((0.0, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default load-model profile on the conversation mix: step 0.012 + 0.00035·r s,
+    /// prefill 12,000 tokens/s, 1,155 prompt and 211 output tokens per request. With Little's
+    /// law the inter-token latency is `0.012 + (0.00035 + 1155 / (211 × 12000))·r`
+    /// = `0.012 + 0.000806·r` s, so at the batch limit of 64: T = 0.0636 s and
+    /// μ = 64 / (211 × 0.0636) = 4.77 requests/s.
+    fn conv(running: f64, waiting: f64) -> Evidence {
+        let t = 0.012 + (0.000_35 + 1155.0 / (211.0 * 12_000.0)) * running;
+        let replicas = 2.0;
+        let completions = replicas * running / (211.0 * t);
+        Evidence {
+            completions,
+            prompt_tokens: completions * 1155.0,
+            generation_tokens: completions * 211.0,
+            waiting: waiting * replicas,
+            running: running * replicas,
+            replicas,
+            max_running: running,
+            max_waiting: waiting,
+            min_waiting: waiting,
+            inter_token: Some(t),
+            ttft_mean: Some(0.2),
+            kv_usage: 0.0,
+        }
+    }
+
+    #[test]
+    fn extrapolates_unsaturated_evidence_to_the_batch_limit() {
+        let mut c = Calibration::default();
+        // The first four syncs fill the rate window; then one pair per sync.
+        for r in [
+            4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
+        ] {
+            c.observe(&conv(r, 0.0), true, Some(false));
+        }
+        // No queue seen yet: a lower bound, the line at the largest batch seen (20):
+        // 20 / (211 × (0.012 + 0.000806 × 20)) = 3.37 requests/s.
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::LowerBound);
+        assert!((e.requests_per_second - 3.37).abs() < 0.02, "{e:?}");
+        // One replica seen with a queue at 64 running, twice in a row: the batch limit, and
+        // μ = 4.77 (once is not enough: a request may have arrived during a step).
+        let queued = Evidence {
+            max_waiting: 1.0,
+            max_running: 64.0,
+            ..conv(20.0, 0.0)
+        };
+        c.observe(&queued, true, None);
+        assert_eq!(c.estimate().unwrap().basis, Basis::LowerBound);
+        c.observe(&queued, true, None);
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Calibrated);
+        assert!((e.requests_per_second - 4.77).abs() < 0.02, "{e:?}");
+        // Prompt tokens per second at that mix: 4.77 × 1155 = 5,506.
+        let tokens = e.prompt_tokens_per_second.unwrap();
+        assert!((tokens - 5506.0).abs() < 30.0, "{tokens}");
+    }
+
+    #[test]
+    fn saturated_windows_win_and_too_little_spread_fits_nothing() {
+        let mut c = Calibration::default();
+        for _ in 0..20 {
+            c.observe(&conv(10.0, 0.0), true, None);
+        }
+        // 20 pairs at one batch size: no line; the best throughput, 10 / (211 × 0.02006) = 2.36.
+        let e = c.estimate().unwrap();
+        assert_eq!((e.basis, e.line), (Basis::LowerBound, None));
+        assert!((e.requests_per_second - 2.363).abs() < 0.01, "{e:?}");
+        // Every replica queued for five syncs (the rate window) at 5 requests/s each:
+        // saturated, 5.
+        let queued = Evidence {
+            completions: 10.0,
+            ..conv(64.0, 3.0)
+        };
+        for _ in 0..4 {
+            c.observe(&queued, true, None);
+        }
+        assert_ne!(c.estimate().unwrap().basis, Basis::Saturated);
+        c.observe(&queued, true, None);
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Saturated);
+        assert!((e.requests_per_second - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_correction_rises_only_on_a_sized_fleet_and_is_bounded() {
+        let mut c = Calibration::default();
+        c.observe(&conv(10.0, 0.0), false, Some(true));
+        assert_eq!(c.estimate().unwrap().correction, 1.0);
+        for _ in 0..100 {
+            c.observe(&conv(10.0, 0.0), true, Some(true));
+        }
+        assert_eq!(c.estimate().unwrap().correction, MAX_CORRECTION);
+        for _ in 0..1000 {
+            c.observe(&conv(10.0, 0.0), true, Some(false));
+        }
+        assert_eq!(c.estimate().unwrap().correction, 1.0);
+    }
+
+    #[test]
+    fn a_restored_estimate_holds_until_better_evidence() {
+        let restored = Estimate {
+            basis: Basis::Calibrated,
+            requests_per_second: 4.5,
+            prompt_tokens_per_second: None,
+            lower_bound: 3.0,
+            correction: 1.2,
+            samples: 100,
+            line: None,
+        };
+        let mut c = Calibration::restored(restored);
+        assert_eq!(c.estimate().unwrap().requests_per_second, 4.5);
+        assert_eq!(c.estimate().unwrap().basis, Basis::Restored);
+        c.observe(&conv(4.0, 0.0), true, None);
+        // A fresh lower bound (0.94 requests/s) does not lower it.
+        assert_eq!(c.estimate().unwrap().requests_per_second, 4.5);
+        // Nothing but replicas below one is no evidence.
+        let mut empty = Calibration::default();
+        empty.observe(&Evidence::default(), true, None);
+        assert_eq!(empty.estimate(), None);
+    }
+}

@@ -1,0 +1,385 @@
+//! The SLO recommender of `spec.objective` (docs/objective.md): the fewest replicas `c` for
+//! which an M/M/c queue with the demand `λ` and the learned per-replica rate `μ`
+//! ([`super::calibration`]) keeps the share of requests that wait longer than the TTFT budget
+//! within `1 − attainment`.
+//!
+//! For M/M/c (first come, first served) the waiting time has the tail
+//! `P(W > t) = C(c, a) · e^{−(cμ − λ)·t}`, with `a = λ/μ` and `C` Erlang's delay probability.
+//! The budget `t` is the TTFT objective less the TTFT of a request that does not queue (its
+//! own prefill, learned; at least a quarter of the objective is left for queueing).
+//!
+//! The demand `λ` is the larger of the request path (completions/s) and the token path (prompt
+//! tokens/s over the mean prompt of the calibration: a burst of long prompts counts for what it
+//! costs), plus the queue spread over `max(start-up, 60 s)`, times the correction factor, and
+//! projected along its rising trend by the lookahead (at most doubling it).
+//!
+//! Source: Kleinrock, "Queueing Systems", vol. 1, §3.5 (the M/M/c waiting-time distribution).
+
+use llmscaler_api::{LLMScalerSpec, parse_attainment, parse_positive};
+
+use super::calibration::{Estimate, Evidence};
+use super::{MetricOutcome, Skip};
+
+/// The outcome's name in status, Events and `simulate` columns.
+pub const NAME: &str = "objective";
+/// The name of the built-in TTFT guardrail.
+pub const TTFT_NAME: &str = "ttft";
+/// The shortest time a backlog is spread over, seconds.
+pub(crate) const MIN_BACKLOG_SECONDS: f64 = 60.0;
+/// The rate window of the queries.
+const WINDOW: &str = "1m";
+
+/// Index of each reading in [`queries`]' order.
+pub(crate) mod read {
+    pub const COMPLETIONS: usize = 0;
+    pub const PROMPT_TOKENS: usize = 1;
+    pub const GENERATION_TOKENS: usize = 2;
+    pub const WAITING: usize = 3;
+    pub const RUNNING: usize = 4;
+    pub const REPLICAS: usize = 5;
+    pub const MAX_RUNNING: usize = 6;
+    pub const MAX_WAITING: usize = 7;
+    pub const MIN_WAITING: usize = 8;
+    pub const INTER_TOKEN: usize = 9;
+    pub const TTFT_QUANTILE: usize = 10;
+    pub const TTFT_MEAN: usize = 11;
+    pub const KV_USAGE: usize = 12;
+    /// How many there are.
+    #[cfg(test)]
+    pub const COUNT: usize = 13;
+}
+
+/// The model of a (validated) `spec.objective`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ObjectiveModel {
+    /// The TTFT bound, seconds.
+    pub ttft_s: f64,
+    /// The share of requests within it, 0..1.
+    pub attainment: f64,
+    /// The lookahead, seconds.
+    pub lookahead_s: f64,
+}
+
+/// What the recommender needs of one sync besides the estimate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Demand {
+    /// The fleet's readings.
+    pub evidence: Evidence,
+    /// The rising trend of the request rate, requests/s per second (0 when falling).
+    pub trend: f64,
+    /// The start-up time, seconds (0 without `spec.startup`).
+    pub startup_s: f64,
+}
+
+impl ObjectiveModel {
+    /// The model of `spec.objective`; `None` when unset or when a number does not parse (only
+    /// reachable when admission was bypassed; the controller re-checks first).
+    pub(crate) fn from_spec(spec: &LLMScalerSpec) -> Option<Self> {
+        let objective = spec.objective.as_ref()?;
+        Some(Self {
+            ttft_s: parse_positive(&objective.ttft_seconds).ok()?,
+            attainment: parse_attainment(&objective.attainment).ok()?,
+            lookahead_s: f64::from(objective.lookahead_seconds.unwrap_or(0).max(0)),
+        })
+    }
+
+    /// The demand `λ` of a sync, requests/s (see the module documentation), with the mean
+    /// prompt and output tokens of the calibration `mix`.
+    pub(crate) fn demand(&self, d: &Demand, estimate: &Estimate, mix: Option<(f64, f64)>) -> f64 {
+        let e = &d.evidence;
+        let tokens = match mix {
+            Some((prompt, _)) if prompt > 0.0 => e.prompt_tokens / prompt,
+            _ => 0.0,
+        };
+        let base = e.completions.max(tokens);
+        let backlog = e.waiting / d.startup_s.max(MIN_BACKLOG_SECONDS);
+        let lookahead = self.lookahead_s.max(d.startup_s);
+        let ahead = (d.trend.max(0.0) * lookahead).min(base);
+        (base + ahead + backlog) * estimate.correction
+    }
+
+    /// The queueing budget, seconds: the objective less the unqueued TTFT, at least a quarter
+    /// of the objective.
+    pub(crate) fn budget(&self, floor: Option<f64>) -> f64 {
+        (self.ttft_s - floor.unwrap_or(0.0)).max(0.25 * self.ttft_s)
+    }
+
+    /// The outcome of one sync: the replicas for `lambda` at the estimate's rate, `cap`
+    /// bounding the search.
+    pub(crate) fn outcome<E>(
+        &self,
+        lambda: f64,
+        estimate: &Estimate,
+        floor: Option<f64>,
+        cap: i32,
+    ) -> MetricOutcome<E> {
+        let recommendation = if lambda.is_finite() && lambda >= 0.0 {
+            Ok(replicas_for_ttft(
+                lambda,
+                estimate.requests_per_second,
+                self.budget(floor),
+                self.attainment,
+                cap,
+            ))
+        } else {
+            Err(Skip::NotMeasurable(lambda))
+        };
+        MetricOutcome {
+            name: NAME.to_owned(),
+            value: Some(lambda),
+            ratio: None,
+            recommendation,
+            guardrail: false,
+        }
+    }
+}
+
+/// The PromQL queries of `spec.objective`, in the order of [`read`], on the series selected by
+/// `seriesSelector`; `None` without an objective.
+pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
+    let objective = spec.objective.as_ref()?;
+    let s = objective.series_selector.trim();
+    let attainment = parse_attainment(&objective.attainment).unwrap_or(0.99);
+    let rate = |name: &str| format!("sum(rate({name}{{{s}}}[{WINDOW}]))");
+    let mean = |name: &str| {
+        format!(
+            "{} / {}",
+            rate(&format!("{name}_sum")),
+            rate(&format!("{name}_count"))
+        )
+    };
+    Some(vec![
+        rate("vllm:request_success_total"),
+        rate("vllm:prompt_tokens_total"),
+        rate("vllm:generation_tokens_total"),
+        format!("sum(vllm:num_requests_waiting{{{s}}})"),
+        format!("sum(vllm:num_requests_running{{{s}}})"),
+        format!("count(vllm:num_requests_running{{{s}}})"),
+        format!("max(vllm:num_requests_running{{{s}}})"),
+        format!("max(vllm:num_requests_waiting{{{s}}})"),
+        format!("min(vllm:num_requests_waiting{{{s}}})"),
+        mean("vllm:inter_token_latency_seconds"),
+        format!(
+            "histogram_quantile({attainment}, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{s}}}[{WINDOW}])))"
+        ),
+        mean("vllm:time_to_first_token_seconds"),
+        format!("sum(vllm:kv_cache_usage_perc{{{s}}})"),
+    ])
+}
+
+/// The fleet evidence of one sync's readings (in [`queries`]' order). A rate or gauge that
+/// failed makes the whole reading unusable (`Err` with the first failure: a failing metric
+/// never lowers capacity); the latencies are optional (an idle window has none).
+///
+/// # Errors
+/// The first failed or non-finite count or rate, as a [`Skip`].
+pub(crate) fn evidence<E: Clone>(readings: &[Result<f64, E>]) -> Result<Evidence, Skip<E>> {
+    let value = |i: usize| -> Result<f64, Skip<E>> {
+        match readings.get(i) {
+            Some(Ok(v)) if v.is_finite() && *v >= 0.0 => Ok(*v),
+            Some(Ok(v)) => Err(Skip::NotMeasurable(*v)),
+            Some(Err(why)) => Err(Skip::Unavailable(why.clone())),
+            None => Err(Skip::NotMeasurable(f64::NAN)),
+        }
+    };
+    let optional = |i: usize| value(i).ok().filter(|v| *v > 0.0);
+    Ok(Evidence {
+        completions: value(read::COMPLETIONS)?,
+        prompt_tokens: value(read::PROMPT_TOKENS)?,
+        generation_tokens: value(read::GENERATION_TOKENS)?,
+        waiting: value(read::WAITING)?,
+        running: value(read::RUNNING)?,
+        replicas: value(read::REPLICAS)?,
+        max_running: value(read::MAX_RUNNING)?,
+        max_waiting: value(read::MAX_WAITING)?,
+        min_waiting: value(read::MIN_WAITING)?,
+        inter_token: optional(read::INTER_TOKEN),
+        ttft_mean: optional(read::TTFT_MEAN),
+        kv_usage: value(read::KV_USAGE)?,
+    })
+}
+
+/// Erlang's delay probability `C(c, a)` for `servers` servers and offered load `load = λ/μ`;
+/// 1 when `load >= servers`. Erlang B recursion, stable for any size. The tests' reference for
+/// [`replicas_for_ttft`], which carries the same recursion along.
+#[cfg(test)]
+fn erlang_c(servers: i32, load: f64) -> f64 {
+    if servers <= 0 || load >= f64::from(servers) {
+        return 1.0;
+    }
+    if load <= 0.0 {
+        return 0.0;
+    }
+    let mut b = 1.0;
+    for k in 1..=servers {
+        b = load * b / (f64::from(k) + load * b);
+    }
+    let c = f64::from(servers);
+    c * b / (c - load * (1.0 - b))
+}
+
+/// The fewest servers `c ≥ 1` with `C(c, λ/μ)·e^{−(cμ−λ)·t} ≤ 1 − attainment`; 0 when `lambda`
+/// is 0. Searches up to `cap` and returns `cap + 1` (saturating) when even `cap` is not
+/// enough. `mu` must be greater than zero (else `cap + 1`).
+pub(crate) fn replicas_for_ttft(lambda: f64, mu: f64, t: f64, attainment: f64, cap: i32) -> i32 {
+    if lambda <= 0.0 || !lambda.is_finite() {
+        return 0;
+    }
+    let cap = cap.max(1);
+    if !(mu.is_finite() && mu > 0.0) {
+        return cap.saturating_add(1);
+    }
+    let load = lambda / mu;
+    if load >= f64::from(cap) {
+        return cap.saturating_add(1);
+    }
+    let miss = 1.0 - attainment;
+    // The first c above the load; the Erlang B value is carried along so the search is linear.
+    #[allow(clippy::cast_possible_truncation)]
+    let start = (load.floor() as i32).saturating_add(1).max(1);
+    let mut b = 1.0;
+    for k in 1..start {
+        b = load * b / (f64::from(k) + load * b);
+    }
+    let mut c = start;
+    loop {
+        b = load * b / (f64::from(c) + load * b);
+        let servers = f64::from(c);
+        let wait_probability = servers * b / (servers - load * (1.0 - b));
+        let tail = wait_probability * (-(servers * mu - lambda) * t).exp();
+        if tail <= miss {
+            return c;
+        }
+        if c >= cap {
+            return cap.saturating_add(1);
+        }
+        c += 1;
+    }
+}
+
+/// The rising trend of `(time ms, rate)` points, rate per second (least squares; 0 with fewer
+/// than three points or a falling trend).
+pub(crate) fn trend(points: &[(i64, f64)]) -> f64 {
+    if points.len() < 3 {
+        return 0.0;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = points.len() as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let xs: Vec<f64> = points.iter().map(|(t, _)| *t as f64 / 1000.0).collect();
+    let mean_x = xs.iter().sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let (sxy, sxx) = xs
+        .iter()
+        .zip(points)
+        .fold((0.0, 0.0), |(sxy, sxx), (x, (_, y))| {
+            (
+                sxy + (x - mean_x) * (y - mean_y),
+                sxx + (x - mean_x) * (x - mean_x),
+            )
+        });
+    let slope = sxy / sxx;
+    if slope.is_finite() {
+        slope.max(0.0)
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::calibration::Basis;
+
+    fn estimate(mu: f64, correction: f64) -> Estimate {
+        Estimate {
+            basis: Basis::Calibrated,
+            requests_per_second: mu,
+            prompt_tokens_per_second: None,
+            lower_bound: 0.0,
+            correction,
+            samples: 10,
+            line: None,
+        }
+    }
+
+    #[test]
+    fn the_tail_search_has_worked_values() {
+        // λ = 8, μ = 4.5 (a = 1.78), budget 1.8 s, 99 %:
+        // c = 2: C = 0.837, e^{−(9 − 8)·1.8} = 0.165 → 0.138 > 0.01;
+        // c = 3: C = 0.345, e^{−(13.5 − 8)·1.8} = 5.0e−5 → 1.7e−5 ≤ 0.01.
+        assert!((erlang_c(2, 8.0 / 4.5) - 0.837).abs() < 1e-3);
+        assert!((erlang_c(3, 8.0 / 4.5) - 0.345).abs() < 1e-3);
+        assert_eq!(replicas_for_ttft(8.0, 4.5, 1.8, 0.99, 128), 3);
+        // A looser objective (budget 10 s, 80 %): c = 2 gives 0.837 × e^{−10} ≈ 4e−5.
+        assert_eq!(replicas_for_ttft(8.0, 4.5, 10.0, 0.8, 128), 2);
+        assert_eq!(replicas_for_ttft(0.0, 4.5, 1.8, 0.99, 128), 0);
+        assert_eq!(replicas_for_ttft(0.1, 4.5, 1.8, 0.99, 128), 1);
+        // 400 requests/s at 4.5: a = 88.9; big fleets run hot, a few above the load.
+        let big = replicas_for_ttft(400.0, 4.5, 1.8, 0.99, 1000);
+        assert!((90..=95).contains(&big), "{big}");
+        assert_eq!(replicas_for_ttft(1000.0, 4.5, 1.8, 0.99, 10), 11);
+        assert_eq!(replicas_for_ttft(1.0, 0.0, 1.8, 0.99, 10), 11);
+        assert_eq!(replicas_for_ttft(1e300, 4.5, 1.8, 0.99, i32::MAX), i32::MAX);
+    }
+
+    #[test]
+    fn demand_counts_tokens_backlog_trend_and_correction() {
+        let model = ObjectiveModel {
+            ttft_s: 2.0,
+            attainment: 0.99,
+            lookahead_s: 0.0,
+        };
+        let evidence = Evidence {
+            completions: 4.0,
+            // 2 requests/s of 2,000-token prompts over a 1,000-token calibration mix: 4 req/s
+            // on the token path as well; 6,000 tokens/s → 6 requests/s.
+            prompt_tokens: 6000.0,
+            waiting: 90.0,
+            ..Evidence::default()
+        };
+        let d = Demand {
+            evidence,
+            trend: 0.01,
+            startup_s: 90.0,
+        };
+        // base max(4, 6) = 6; ahead min(0.01 × 90, 6) = 0.9; backlog 90 / 90 = 1;
+        // (6 + 0.9 + 1) × 1.5 = 11.85.
+        let lambda = model.demand(&d, &estimate(4.5, 1.5), Some((1000.0, 200.0)));
+        assert!((lambda - 11.85).abs() < 1e-9, "{lambda}");
+        // The trend never more than doubles the demand.
+        let steep = Demand { trend: 10.0, ..d };
+        let lambda = model.demand(&steep, &estimate(4.5, 1.0), Some((1000.0, 200.0)));
+        assert!((lambda - 13.0).abs() < 1e-9, "{lambda}");
+        // The budget: 2 s less a 0.3 s floor; never below a quarter.
+        assert!((model.budget(Some(0.3)) - 1.7).abs() < 1e-12);
+        assert!((model.budget(Some(5.0)) - 0.5).abs() < 1e-12);
+        let outcome: MetricOutcome<String> =
+            model.outcome(8.0, &estimate(4.5, 1.0), Some(0.2), 128);
+        assert_eq!(outcome.recommendation, Ok(3));
+    }
+
+    #[test]
+    fn evidence_refuses_failed_counts_and_keeps_missing_latencies_optional() {
+        let mut readings: Vec<Result<f64, String>> = vec![Ok(1.0); read::COUNT];
+        readings[read::INTER_TOKEN] = Ok(f64::NAN);
+        let e = evidence(&readings).unwrap();
+        assert_eq!(e.inter_token, None);
+        assert_eq!(e.completions, 1.0);
+        readings[read::WAITING] = Err("down".into());
+        assert_eq!(evidence(&readings), Err(Skip::Unavailable("down".into())));
+        readings[read::WAITING] = Ok(-1.0);
+        assert!(matches!(evidence(&readings), Err(Skip::NotMeasurable(_))));
+    }
+
+    #[test]
+    fn the_trend_is_rising_or_zero() {
+        let rising: Vec<(i64, f64)> = (0..5)
+            .map(|i| (i * 15_000, 1.0 + 0.15 * i as f64))
+            .collect();
+        assert!((trend(&rising) - 0.01).abs() < 1e-9);
+        let falling: Vec<(i64, f64)> = (0..5).map(|i| (i * 15_000, 5.0 - i as f64)).collect();
+        assert_eq!(trend(&falling), 0.0);
+        assert_eq!(trend(&rising[..2]), 0.0);
+    }
+}

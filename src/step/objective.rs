@@ -1,0 +1,393 @@
+//! The step's part of `spec.objective` (docs/objective.md): the calibration memory (restored
+//! from `status.capacity`, started over when the pod template changes), the objective's
+//! recommendation and the built-in TTFT guardrail, and the estimate for `status.capacity`.
+
+use std::collections::VecDeque;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use llmscaler_api::{CapacityStatus, LLMScalerSpec, LLMScalerStatus};
+
+use crate::engine::calibration::{Basis, Calibration, Estimate};
+use crate::engine::objective::{self, Demand, ObjectiveModel, read};
+use crate::engine::{MetricInput, MetricOutcome, Skip};
+
+/// How long the request-rate trend looks back, ms.
+const TREND_MS: i64 = 300_000;
+/// A rate this far (share) from the written one is a material change of `status.capacity`.
+const MATERIAL_SHARE: f64 = 0.05;
+
+/// The objective's memory in a scaler.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct ObjectiveMemory {
+    calibration: Calibration,
+    /// The pod-template hash the calibration was learned on.
+    template: Option<String>,
+    /// Recent `(ms, requests/s)` for the trend.
+    rates: VecDeque<(i64, f64)>,
+    /// The objective's last recommendation, replicas.
+    last: Option<i32>,
+}
+
+impl ObjectiveMemory {
+    /// The memory a new process starts with: the estimate of `status.capacity`, if any.
+    pub(super) fn restored(status: Option<&LLMScalerStatus>) -> Self {
+        let Some(capacity) = status.and_then(|s| s.capacity.as_ref()) else {
+            return Self::default();
+        };
+        let number = |s: Option<&String>| s.and_then(|v| v.parse::<f64>().ok());
+        let Some(rps) = number(Some(&capacity.requests_per_second)).filter(|v| *v > 0.0) else {
+            return Self::default();
+        };
+        let estimate = Estimate {
+            basis: Basis::Restored,
+            requests_per_second: rps,
+            prompt_tokens_per_second: number(capacity.prompt_tokens_per_second.as_ref()),
+            lower_bound: number(capacity.lower_bound.as_ref()).unwrap_or(0.0),
+            correction: number(capacity.correction.as_ref()).unwrap_or(1.0),
+            samples: capacity.samples.unwrap_or(0),
+            line: None,
+        };
+        Self {
+            calibration: Calibration::restored(estimate),
+            template: capacity.template.clone(),
+            ..Self::default()
+        }
+    }
+}
+
+/// What the objective adds to one sync.
+pub(super) struct Added<E> {
+    /// The objective's outcome (joins the capacity recommendation).
+    pub outcome: MetricOutcome<E>,
+    /// The TTFT guardrail (joins the metrics).
+    pub guardrail: Option<MetricInput<E>>,
+    /// The estimate for status.
+    pub estimate: Option<Estimate>,
+}
+
+/// One sync of the objective: observes the readings, then recommends. `None` without an
+/// objective.
+pub(super) fn step<E: Clone>(
+    spec: &LLMScalerSpec,
+    memory: &mut ObjectiveMemory,
+    readings: Option<&Vec<Result<f64, E>>>,
+    (now_ms, spec_replicas, ready, template): (i64, i32, i32, Option<&String>),
+    startup_s: f64,
+    cap: i32,
+) -> Option<Added<E>> {
+    let model = ObjectiveModel::from_spec(spec)?;
+    if template.is_some() && memory.template.as_ref() != template {
+        // A rollout: another model, image or GPU; what was learned no longer holds.
+        if memory.template.is_some() || memory.calibration.estimate().is_some() {
+            *memory = ObjectiveMemory::default();
+        }
+        memory.template = template.cloned();
+    }
+    let guardrail = spec.objective.as_ref().map(|o| MetricInput {
+        name: objective::TTFT_NAME.to_owned(),
+        target: o.ttft_seconds.clone(),
+        value: match readings.and_then(|r| r.get(read::TTFT_QUANTILE)) {
+            Some(v) => v.clone(),
+            None => Ok(f64::NAN),
+        },
+        guardrail: true,
+    });
+    let Some(readings) = readings else {
+        return Some(Added {
+            outcome: skipped(Skip::NotMeasurable(f64::NAN)),
+            guardrail,
+            estimate: memory.calibration.estimate(),
+        });
+    };
+    let evidence = match objective::evidence(readings) {
+        Ok(e) => e,
+        Err(why) => {
+            return Some(Added {
+                outcome: skipped(why),
+                guardrail,
+                estimate: memory.calibration.estimate(),
+            });
+        }
+    };
+    let ttft_over = match readings.get(read::TTFT_QUANTILE) {
+        Some(Ok(v)) if v.is_finite() => Some(*v > model.ttft_s),
+        _ => None,
+    };
+    let sized = memory.last.is_some_and(|last| ready >= last);
+    memory.calibration.observe(&evidence, sized, ttft_over);
+    memory.rates.push_back((now_ms, evidence.completions));
+    while memory
+        .rates
+        .front()
+        .is_some_and(|(t, _)| *t < now_ms.saturating_sub(TREND_MS))
+    {
+        memory.rates.pop_front();
+    }
+    let estimate = memory.calibration.estimate();
+    let outcome = match &estimate {
+        Some(estimate) => {
+            let points: Vec<(i64, f64)> = memory.rates.iter().copied().collect();
+            let demand = Demand {
+                evidence,
+                trend: objective::trend(&points),
+                startup_s,
+            };
+            let lambda = model.demand(&demand, estimate, memory.calibration.mix());
+            let mut outcome = model.outcome(lambda, estimate, memory.calibration.floor(), cap);
+            if estimate.basis == Basis::LowerBound
+                && let Ok(r) = outcome.recommendation.as_mut()
+            {
+                // Too little evidence to raise the fleet on (the guardrail does); a lower bound
+                // of capacity may still show that fewer replicas suffice.
+                *r = (*r).min(spec_replicas);
+            }
+            outcome
+        }
+        // No completion seen yet: nothing to size with; the guardrail and the bounds act.
+        None => MetricOutcome {
+            value: Some(evidence.completions),
+            ..skipped(Skip::NotMeasurable(f64::NAN))
+        },
+    };
+    memory.last = outcome.recommendation.as_ref().ok().copied();
+    Some(Added {
+        outcome,
+        guardrail,
+        estimate,
+    })
+}
+
+fn skipped<E>(why: Skip<E>) -> MetricOutcome<E> {
+    MetricOutcome {
+        name: objective::NAME.to_owned(),
+        value: None,
+        ratio: None,
+        recommendation: Err(why),
+        guardrail: false,
+    }
+}
+
+/// The `status.capacity` of an estimate learned on `template` (without `observedAt`).
+pub(super) fn status_of(estimate: &Estimate, template: Option<&String>) -> CapacityStatus {
+    let number = |v: f64| format!("{v:.3}");
+    let message = match estimate.basis {
+        Basis::Saturated => "completions per replica while every replica queued".to_owned(),
+        Basis::Calibrated => match estimate.line {
+            Some((a, b, n)) => format!(
+                "inter-token latency {a:.4} s + {b:.6} s per running sequence, extrapolated to the batch limit {n:.0}"
+            ),
+            None => "the step-time line extrapolated to the batch limit".to_owned(),
+        },
+        Basis::Extrapolated => match estimate.line {
+            Some((a, b, n)) => format!(
+                "inter-token latency {a:.4} s + {b:.6} s per running sequence, extrapolated to the {n:.0} sequences the KV cache holds (no full batch seen yet)"
+            ),
+            None => "the step-time line extrapolated to the KV cache's batch".to_owned(),
+        },
+        Basis::LowerBound => "not enough evidence yet (no line or no batch limit seen): a lower bound; the TTFT guardrail and the bounds act".to_owned(),
+        Basis::Restored => "restored from status; not yet confirmed by this process".to_owned(),
+    };
+    CapacityStatus {
+        basis: estimate.basis.as_str().to_owned(),
+        requests_per_second: number(estimate.requests_per_second),
+        prompt_tokens_per_second: estimate.prompt_tokens_per_second.map(|v| format!("{v:.0}")),
+        lower_bound: Some(number(estimate.lower_bound)),
+        correction: Some(format!("{:.2}", estimate.correction)),
+        samples: Some(estimate.samples),
+        observed_at: None,
+        template: template.cloned(),
+        message: Some(message),
+    }
+}
+
+/// The `status.capacity` to write after a sync at `now_ms`: `new` when it differs materially
+/// from `previous` (another basis or template, a rate or correction 5 % away), else `previous`
+/// unchanged, so that a steady estimate causes no status write.
+pub fn merge(
+    previous: Option<&CapacityStatus>,
+    new: Option<CapacityStatus>,
+    now_ms: i64,
+) -> Option<CapacityStatus> {
+    let new = new?;
+    let stamp = |mut s: CapacityStatus| {
+        s.observed_at = Some(Time(
+            Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH),
+        ));
+        s
+    };
+    let Some(previous) = previous else {
+        return Some(stamp(new));
+    };
+    let far = |a: &str, b: &str| match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(a), Ok(b)) => (a - b).abs() > MATERIAL_SHARE * b.abs().max(1e-9),
+        _ => a != b,
+    };
+    let material = previous.basis != new.basis
+        || previous.template != new.template
+        || far(&new.requests_per_second, &previous.requests_per_second)
+        || far(
+            new.correction.as_deref().unwrap_or("1"),
+            previous.correction.as_deref().unwrap_or("1"),
+        );
+    if material {
+        Some(stamp(new))
+    } else {
+        Some(previous.clone())
+    }
+}
+
+/// A hash of a pod template (FNV-1a, 64 bits, hex) for `status.capacity.template`.
+pub fn template_hash(template: &serde_json::Value) -> String {
+    let text = template.to_string();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(rps: &str, basis: &str) -> CapacityStatus {
+        CapacityStatus {
+            basis: basis.into(),
+            requests_per_second: rps.into(),
+            correction: Some("1.00".into()),
+            ..CapacityStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_a_material_change_is_written() {
+        let first = merge(None, Some(status("4.500", "calibrated")), 1000).unwrap();
+        assert!(first.observed_at.is_some());
+        // 4.6 is 2 % away: the previous status stands (no write).
+        let same = merge(Some(&first), Some(status("4.600", "calibrated")), 2000).unwrap();
+        assert_eq!(same, first);
+        // 4.8 is 6.7 % away, and a new basis: written.
+        let moved = merge(Some(&first), Some(status("4.800", "calibrated")), 3000).unwrap();
+        assert_eq!(moved.requests_per_second, "4.800");
+        let basis = merge(Some(&first), Some(status("4.500", "saturated")), 3000).unwrap();
+        assert_eq!(basis.basis, "saturated");
+        // No objective: cleared.
+        assert_eq!(merge(Some(&first), None, 4000), None);
+    }
+
+    fn spec() -> LLMScalerSpec {
+        let mut spec = LLMScalerSpec::new(
+            llmscaler_api::TargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "vllm".into(),
+            },
+            "http://prometheus:9090",
+            1,
+            20,
+        );
+        spec.objective = Some(llmscaler_api::Objective {
+            ttft_seconds: "2".into(),
+            attainment: "0.99".into(),
+            runtime: None,
+            series_selector: "namespace=\"x\"".into(),
+            lookahead_seconds: None,
+        });
+        spec
+    }
+
+    /// A fleet of `replicas` completing `rps` each, every replica queued (`waiting` > 0) or not.
+    fn readings(replicas: f64, rps: f64, waiting: f64, ttft: f64) -> Vec<Result<f64, String>> {
+        let mut r = vec![Ok(0.0); 13];
+        r[read::COMPLETIONS] = Ok(replicas * rps);
+        r[read::PROMPT_TOKENS] = Ok(replicas * rps * 1000.0);
+        r[read::GENERATION_TOKENS] = Ok(replicas * rps * 200.0);
+        r[read::WAITING] = Ok(replicas * waiting);
+        r[read::RUNNING] = Ok(replicas * 64.0);
+        r[read::REPLICAS] = Ok(replicas);
+        r[read::MAX_RUNNING] = Ok(64.0);
+        r[read::MAX_WAITING] = Ok(waiting);
+        r[read::MIN_WAITING] = Ok(waiting);
+        r[read::INTER_TOKEN] = Ok(0.05);
+        r[read::TTFT_QUANTILE] = Ok(ttft);
+        r[read::TTFT_MEAN] = Ok(0.3);
+        r
+    }
+
+    #[test]
+    fn a_saturated_fleet_calibrates_sizes_and_starts_over_on_a_new_template() {
+        let spec = spec();
+        let mut memory = ObjectiveMemory::default();
+        let template = "a".to_owned();
+        // One replica, queued for five syncs, completing 4 requests/s: saturated, μ = 4; the
+        // queue of 30 spread over 60 s adds 0.5 requests/s: λ = 4.5, a = 1.125. With the
+        // 2 s − 0.3 s = 1.7 s budget: c = 1 cannot (a > 1); c = 2: C = 0.405,
+        // e^{−(8 − 4.5)·1.7} = 0.0026 → 0.001 ≤ 0.01: 2 replicas.
+        let mut added = None;
+        for i in 0..5 {
+            added = step(
+                &spec,
+                &mut memory,
+                Some(&readings(1.0, 4.0, 30.0, 5.0)),
+                (i * 15_000, 1, 1, Some(&template)),
+                0.0,
+                20,
+            );
+        }
+        let added = added.unwrap();
+        let estimate = added.estimate.unwrap();
+        assert_eq!(estimate.basis, Basis::Saturated);
+        assert!((estimate.requests_per_second - 4.0).abs() < 1e-9);
+        assert_eq!(added.outcome.recommendation, Ok(2));
+        // The guardrail reads the TTFT quantile against the objective.
+        let guardrail = added.guardrail.unwrap();
+        assert_eq!((guardrail.value, guardrail.target.as_str()), (Ok(5.0), "2"));
+        let status = status_of(&estimate, Some(&template));
+        assert_eq!(
+            (status.basis.as_str(), status.requests_per_second.as_str()),
+            ("saturated", "4.000")
+        );
+        // A rollout (another template): the estimate starts over.
+        let other = "b".to_owned();
+        let added = step(
+            &spec,
+            &mut memory,
+            Some(&readings(1.0, 0.0, 0.0, 0.1)),
+            (90_000, 1, 1, Some(&other)),
+            0.0,
+            20,
+        )
+        .unwrap();
+        assert_eq!(added.estimate, None);
+        // Restored from status, the estimate holds until evidence replaces it.
+        let status = LLMScalerStatus {
+            capacity: Some(status),
+            ..LLMScalerStatus::default()
+        };
+        let mut restored = ObjectiveMemory::restored(Some(&status));
+        let added = step(
+            &spec,
+            &mut restored,
+            None::<&Vec<Result<f64, String>>>,
+            (0, 1, 1, Some(&template)),
+            0.0,
+            20,
+        )
+        .unwrap();
+        assert_eq!(
+            added.estimate.map(|e| (e.basis, e.requests_per_second)),
+            Some((Basis::Restored, 4.0))
+        );
+    }
+
+    #[test]
+    fn the_template_hash_is_stable_and_tells_templates_apart() {
+        let a = serde_json::json!({"spec": {"containers": [{"image": "vllm:1"}]}});
+        let b = serde_json::json!({"spec": {"containers": [{"image": "vllm:2"}]}});
+        assert_eq!(template_hash(&a), template_hash(&a.clone()));
+        assert_ne!(template_hash(&a), template_hash(&b));
+        assert_eq!(template_hash(&a).len(), 16);
+    }
+}
