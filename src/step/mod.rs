@@ -15,8 +15,8 @@ mod decide;
 mod drain;
 #[cfg(test)]
 mod fields;
-mod route;
 pub mod objective;
+mod route;
 #[cfg(test)]
 mod tests;
 pub mod victims;
