@@ -485,7 +485,12 @@ pub(crate) fn decide_with<E: Clone>(
 
     if target > spec && extras.hold_metric_scale_up {
         // Coming capacity: replicas still starting will serve what the metrics see piling up.
-        let allowed = capacity_recommendation.map_or(spec, |c| policy.clamp(c).0.max(spec));
+        // The hold is on the metrics only: a raised floor (`minReplicas`, a schedule's, a wake
+        // from zero) is not theirs and is never held back (docs/guards.md#start-up-awareness).
+        let floor = policy.min_replicas.min(policy.max_replicas);
+        let allowed = capacity_recommendation
+            .map_or(spec, |c| policy.clamp(c).0.max(spec))
+            .max(floor);
         if target > allowed {
             target = allowed;
             reason = Reason::ScaleUpLimited;

@@ -705,6 +705,41 @@ fn a_guardrail_20x_its_target_on_one_ready_replica_steps_to_2_not_20() {
     assert!(history.records().iter().all(|r| r.replicas <= 4));
 }
 
+/// Coming capacity holds the metrics, not the floor: `minReplicas` raised while the hold runs
+/// (a scale-up a minute ago, its replicas Ready or not) is written at once. Found against real
+/// vLLM (e2e/tests/real_vllm.rs): minReplicas 1 -> 2 waited 2 x 560 s for the hold to end.
+#[test]
+fn a_raised_min_replicas_is_not_held_by_coming_capacity() {
+    let p = policy(2, 3);
+    let hold = Extras {
+        capacity: None,
+        objective: None,
+        hold_metric_scale_up: true,
+    };
+    let mut history = History::default();
+    // spec 1, 1 Ready, the metric reads 0: only the floor asks for 2.
+    let d = decide_with(
+        &p,
+        &settled(1),
+        &one_metric(0.0, "1"),
+        &hold,
+        &mut history,
+        0,
+    );
+    assert_eq!(d.replicas, 2);
+    assert_ne!(d.reason, Reason::ScaleUpLimited);
+    // The metric asking for 3 is still held at the floor while replicas start.
+    let d = decide_with(
+        &p,
+        &settled(1),
+        &one_metric(3.0, "1"),
+        &hold,
+        &mut history,
+        15_000,
+    );
+    assert_eq!((d.replicas, d.reason), (2, Reason::ScaleUpLimited));
+}
+
 /// The window holds, it never raises: a recommendation held back by coming capacity is not
 /// replayed once its replicas are Ready.
 #[test]
