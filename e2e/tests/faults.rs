@@ -778,33 +778,9 @@ async fn clock_skew_of_30s_between_replicas_removes_nothing_early() -> anyhow::R
 /// The real node's pieces the network cut needs (as in `in_cluster.rs`).
 #[cfg(feature = "real-node")]
 mod real_node {
-    use anyhow::{Context, bail};
+    use anyhow::Context;
 
-    /// Values placing the operator pods on the real node.
-    pub const NODE_VALUES: &str = "nodeSelector:\n  llmscaler.dev/real-node: \"true\"\n\
-        tolerations:\n  - key: llmscaler.dev/real-node\n    operator: Exists\n    effect: NoSchedule\n";
-
-    /// The host process of a container (`containerd://<id>`): the process whose cgroup names
-    /// the id.
-    pub fn container_process(container_id: &str) -> anyhow::Result<u32> {
-        let id = container_id.rsplit("://").next().unwrap_or(container_id);
-        for entry in std::fs::read_dir("/proc")? {
-            let entry = entry?;
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
-            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            if cgroup.contains(id) && comm.trim() != "pause" {
-                return Ok(pid);
-            }
-        }
-        bail!("no process of container {id} on this machine")
-    }
+    pub use llmscaler_e2e::realnode::{NODE_VALUES, container_process};
 
     /// Every packet from the network namespace of process `pid` to the API server's Service
     /// address (`kubernetes.default`, 10.0.0.1:443) dropped while the guard lives.

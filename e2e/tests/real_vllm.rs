@@ -449,22 +449,7 @@ async fn real_vllm_scales_holds_and_drains() -> anyhow::Result<()> {
         (v.replicas() == Some(1)).then_some(())
     })
     .await?;
-    wait_for("the drained pods gone", Duration::from_secs(180), || {
-        let pods = pods.clone();
-        async move {
-            let n = pods
-                .list(&ListParams::default().labels(SELECTOR))
-                .await?
-                .items
-                .len();
-            Ok(if n == 1 {
-                Check::Done(())
-            } else {
-                Check::NotYet(format!("{n} pods"))
-            })
-        }
-    })
-    .await?;
+    wait_pod_count(&pods, 1, "the drained pods gone", Duration::from_secs(180)).await?;
     measured(
         "idle -> 1 pod left, with drain (s)",
         format!("{:.0}", down_start.elapsed().as_secs_f64()),
@@ -511,22 +496,7 @@ async fn real_vllm_scales_holds_and_drains() -> anyhow::Result<()> {
         .await?;
     apply_scaler(&client, &scaler(&prometheus, false, 2)).await?;
     walk.wait_ready_replicas(2, LOAD_TIMEOUT).await?;
-    wait_for("the old-template pods gone", LOAD_TIMEOUT, || {
-        let pods = pods.clone();
-        async move {
-            let n = pods
-                .list(&ListParams::default().labels(SELECTOR))
-                .await?
-                .items
-                .len();
-            Ok(if n == 2 {
-                Check::Done(())
-            } else {
-                Check::NotYet(format!("{n} pods"))
-            })
-        }
-    })
-    .await?;
+    wait_pod_count(&pods, 2, "the old-template pods gone", LOAD_TIMEOUT).await?;
     let light = Load::start(&url, 2, 2, 256);
     wait_for(
         "requests served on the new pods",
@@ -545,22 +515,7 @@ async fn real_vllm_scales_holds_and_drains() -> anyhow::Result<()> {
     .await?;
     apply_scaler(&client, &scaler(&prometheus, false, 1)).await?;
     walk.wait_spec_replicas(1, Duration::from_secs(300)).await?;
-    wait_for("the removed pod gone", Duration::from_secs(120), || {
-        let pods = pods.clone();
-        async move {
-            let n = pods
-                .list(&ListParams::default().labels(SELECTOR))
-                .await?
-                .items
-                .len();
-            Ok(if n == 1 {
-                Check::Done(())
-            } else {
-                Check::NotYet(format!("{n} pods"))
-            })
-        }
-    })
-    .await?;
+    wait_pod_count(&pods, 1, "the removed pod gone", Duration::from_secs(120)).await?;
     // `finish` waits for every request in flight: one cut by the shutdown ends as a failure
     // (HTTP 500, a cut body or a stream silent for 60 s) before it returns.
     let without = light.finish().await?;
@@ -590,6 +545,31 @@ async fn real_vllm_scales_holds_and_drains() -> anyhow::Result<()> {
     installed.uninstall()?;
     ops.delete().await?;
     Ok(())
+}
+
+/// Waits until the workload has exactly `n` pods (Ready or not, terminating ones included).
+async fn wait_pod_count(
+    pods: &Api<Pod>,
+    n: usize,
+    what: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_for(what, timeout, || {
+        let pods = pods.clone();
+        async move {
+            let found = pods
+                .list(&ListParams::default().labels(SELECTOR))
+                .await?
+                .items
+                .len();
+            Ok(if found == n {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{found} pods"))
+            })
+        }
+    })
+    .await
 }
 
 /// Sends `SIG<signal>` to a host process with `kill` (the test runs as root beside the node).
