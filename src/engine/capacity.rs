@@ -106,9 +106,9 @@ impl CapacityModel {
 /// The Erlang C probability that an arrival waits, for `servers` servers and offered load
 /// `load = λ/μ` (Erlangs); 1 when `load >= servers`. Computed with the Erlang B recursion
 /// `B(k) = a·B(k−1) / (k + a·B(k−1))`, stable for any size. The tests' reference for the
-/// search of [`replicas_for_wait`], which carries the same recursion along.
+/// search of [`fewest_servers`], which carries the same recursion along.
 #[cfg(test)]
-fn erlang_c(servers: i32, load: f64) -> f64 {
+pub(super) fn erlang_c(servers: i32, load: f64) -> f64 {
     if servers <= 0 || load >= f64::from(servers) {
         return 1.0;
     }
@@ -127,6 +127,22 @@ fn erlang_c(servers: i32, load: f64) -> f64 {
 /// `max_wait_s`; 0 when `lambda` is 0. Searches up to `cap` and returns `cap + 1` (saturating)
 /// when even `cap` is not enough. `mu` and `max_wait_s` must be greater than zero.
 pub(crate) fn replicas_for_wait(lambda: f64, mu: f64, max_wait_s: f64, cap: i32) -> i32 {
+    fewest_servers(lambda, mu, cap, |servers, wait_probability| {
+        wait_probability / (servers * mu - lambda) <= max_wait_s
+    })
+}
+
+/// The M/M/c search shared by [`replicas_for_wait`] and the objective's
+/// [`super::objective::replicas_for_ttft`]: the fewest servers `c ≥ 1` above the offered load
+/// `λ/μ` for which `enough(c, ErlangC(c, λ/μ))` holds; 0 when `lambda` is 0 (or not finite);
+/// `cap + 1` (saturating) when even `cap` is not enough. The Erlang B value is carried along,
+/// so the search is linear and stable for any size.
+pub(crate) fn fewest_servers(
+    lambda: f64,
+    mu: f64,
+    cap: i32,
+    enough: impl Fn(f64, f64) -> bool,
+) -> i32 {
     if lambda <= 0.0 || !lambda.is_finite() {
         return 0;
     }
@@ -135,7 +151,7 @@ pub(crate) fn replicas_for_wait(lambda: f64, mu: f64, max_wait_s: f64, cap: i32)
     if load >= f64::from(cap) {
         return cap.saturating_add(1);
     }
-    // The first c above the load; the Erlang B value is carried along so the search is linear.
+    // The first c above the load.
     #[allow(clippy::cast_possible_truncation)]
     let start = (load.floor() as i32).saturating_add(1).max(1);
     let mut b = 1.0;
@@ -146,9 +162,7 @@ pub(crate) fn replicas_for_wait(lambda: f64, mu: f64, max_wait_s: f64, cap: i32)
     loop {
         b = load * b / (f64::from(c) + load * b);
         let servers = f64::from(c);
-        let wait_probability = servers * b / (servers - load * (1.0 - b));
-        let wait = wait_probability / (servers * mu - lambda);
-        if wait <= max_wait_s {
+        if enough(servers, servers * b / (servers - load * (1.0 - b))) {
             return c;
         }
         if c >= cap {

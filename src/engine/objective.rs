@@ -199,25 +199,6 @@ pub(crate) fn evidence<E: Clone>(readings: &[Result<f64, E>]) -> Result<Evidence
     })
 }
 
-/// Erlang's delay probability `C(c, a)` for `servers` servers and offered load `load = λ/μ`;
-/// 1 when `load >= servers`. Erlang B recursion, stable for any size. The tests' reference for
-/// [`replicas_for_ttft`], which carries the same recursion along.
-#[cfg(test)]
-fn erlang_c(servers: i32, load: f64) -> f64 {
-    if servers <= 0 || load >= f64::from(servers) {
-        return 1.0;
-    }
-    if load <= 0.0 {
-        return 0.0;
-    }
-    let mut b = 1.0;
-    for k in 1..=servers {
-        b = load * b / (f64::from(k) + load * b);
-    }
-    let c = f64::from(servers);
-    c * b / (c - load * (1.0 - b))
-}
-
 /// The fewest servers `c ≥ 1` with `C(c, λ/μ)·e^{−(cμ−λ)·t} ≤ 1 − attainment`; 0 when `lambda`
 /// is 0. Searches up to `cap` and returns `cap + 1` (saturating) when even `cap` is not
 /// enough. `mu` must be greater than zero (else `cap + 1`).
@@ -225,36 +206,13 @@ pub(crate) fn replicas_for_ttft(lambda: f64, mu: f64, t: f64, attainment: f64, c
     if lambda <= 0.0 || !lambda.is_finite() {
         return 0;
     }
-    let cap = cap.max(1);
     if !(mu.is_finite() && mu > 0.0) {
-        return cap.saturating_add(1);
-    }
-    let load = lambda / mu;
-    if load >= f64::from(cap) {
-        return cap.saturating_add(1);
+        return cap.max(1).saturating_add(1);
     }
     let miss = 1.0 - attainment;
-    // The first c above the load; the Erlang B value is carried along so the search is linear.
-    #[allow(clippy::cast_possible_truncation)]
-    let start = (load.floor() as i32).saturating_add(1).max(1);
-    let mut b = 1.0;
-    for k in 1..start {
-        b = load * b / (f64::from(k) + load * b);
-    }
-    let mut c = start;
-    loop {
-        b = load * b / (f64::from(c) + load * b);
-        let servers = f64::from(c);
-        let wait_probability = servers * b / (servers - load * (1.0 - b));
-        let tail = wait_probability * (-(servers * mu - lambda) * t).exp();
-        if tail <= miss {
-            return c;
-        }
-        if c >= cap {
-            return cap.saturating_add(1);
-        }
-        c += 1;
-    }
+    super::capacity::fewest_servers(lambda, mu, cap, |servers, wait_probability| {
+        wait_probability * (-(servers * mu - lambda) * t).exp() <= miss
+    })
 }
 
 /// The rising trend of `(time ms, rate)` points, rate per second (least squares; 0 with fewer
@@ -290,6 +248,7 @@ pub(crate) fn trend(points: &[(i64, f64)]) -> f64 {
 mod tests {
     use super::*;
     use crate::engine::calibration::Basis;
+    use crate::engine::capacity::erlang_c;
 
     fn estimate(mu: f64, correction: f64) -> Estimate {
         Estimate {
