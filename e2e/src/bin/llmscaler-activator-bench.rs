@@ -92,6 +92,69 @@ async fn get(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A Service `service` without selector in `namespace` whose one Ready endpoint is
+/// `host:port` (the network's EndpointSlice, as the endpoint controller would write it).
+async fn backend_service(
+    client: &kube::Client,
+    namespace: &str,
+    service: &str,
+    host: &str,
+    port: u16,
+) -> anyhow::Result<()> {
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), namespace);
+    services
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": service},
+                "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}))?,
+        )
+        .await?;
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), namespace);
+    slices
+        .patch(
+            &format!("{service}-network"),
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("{service}-network"), "labels": {"kubernetes.io/service-name": service}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
+                "ports": [{"name": "", "port": port, "protocol": "TCP"}]})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Registers `namespace/service` with the activator's control API at `control` (retried until
+/// it answers); the port the activator listens on for it.
+async fn register(
+    http: &reqwest::Client,
+    control: &str,
+    namespace: &str,
+    service: &str,
+) -> anyhow::Result<u16> {
+    wait_for(
+        &format!("the activator registers Service {service}"),
+        Duration::from_secs(60),
+        || async {
+            let response = http
+                .put(format!("{control}/v1/services/{namespace}/{service}"))
+                .json(&json!({"port": "", "maxHeldRequests": 100, "holdTimeoutSeconds": 30}))
+                .send()
+                .await;
+            Ok(match response {
+                Ok(r) if r.status().is_success() => {
+                    let v: serde_json::Value = r.json().await?;
+                    Check::Done(u16::try_from(v["listenPort"].as_u64().unwrap_or(0))?)
+                }
+                other => Check::NotYet(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+}
+
 /// One streamed completion of `tokens` tokens, read to `[DONE]`.
 async fn complete(http: &reqwest::Client, url: &str, tokens: u64) -> anyhow::Result<()> {
     let response = http
@@ -189,27 +252,7 @@ async fn main() -> anyhow::Result<()> {
             &serde_json::from_value(json!({"metadata": {"name": name}}))?,
         )
         .await?;
-    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &name);
-    services
-        .create(
-            &Default::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "bench"},
-                "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}))?,
-        )
-        .await?;
-    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
-        Api::namespaced(client.clone(), &name);
-    slices
-        .patch(
-            "bench-network",
-            &PatchParams::apply("bench").force(),
-            &Patch::Apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": "bench-network", "labels": {"kubernetes.io/service-name": "bench"}},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
-                "ports": [{"name": "", "port": args.backend_port, "protocol": "TCP"}]})),
-        )
-        .await?;
+    backend_service(&client, &name, "bench", &host, args.backend_port).await?;
 
     let mut activator = tokio::process::Command::new(&bin)
         .args([
@@ -229,25 +272,7 @@ async fn main() -> anyhow::Result<()> {
         .pool_max_idle_per_host(args.concurrency * 2)
         .build()?;
     let control = format!("http://127.0.0.1:{}", args.control_port);
-    let port: u16 = wait_for(
-        "the activator registers the Service",
-        Duration::from_secs(60),
-        || async {
-            let response = http
-                .put(format!("{control}/v1/services/{name}/bench"))
-                .json(&json!({"port": "", "maxHeldRequests": 100, "holdTimeoutSeconds": 30}))
-                .send()
-                .await;
-            Ok(match response {
-                Ok(r) if r.status().is_success() => {
-                    let v: serde_json::Value = r.json().await?;
-                    Check::Done(u16::try_from(v["listenPort"].as_u64().unwrap_or(0))?)
-                }
-                other => Check::NotYet(format!("{other:?}")),
-            })
-        },
-    )
-    .await?;
+    let port = register(&http, &control, &name, "bench").await?;
     // The streaming replica, a second Service of the activator.
     let (_stop_emulator, emulator_shutdown) = llmscaler::process::Shutdown::manual();
     let serve = llmscaler_e2e::pod::ServeArgs {
@@ -258,43 +283,8 @@ async fn main() -> anyhow::Result<()> {
         model: "emulated".into(),
     };
     tokio::spawn(llmscaler_e2e::pod::serve(serve, emulator_shutdown));
-    services
-        .create(
-            &Default::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "bench-llm"},
-                "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}))?,
-        )
-        .await?;
-    slices
-        .patch(
-            "bench-llm-network",
-            &PatchParams::apply("bench").force(),
-            &Patch::Apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": "bench-llm-network", "labels": {"kubernetes.io/service-name": "bench-llm"}},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
-                "ports": [{"name": "", "port": args.emulator_port, "protocol": "TCP"}]})),
-        )
-        .await?;
-    let llm_port: u16 = wait_for(
-        "the activator registers the streaming Service",
-        Duration::from_secs(60),
-        || async {
-            let response = http
-                .put(format!("{control}/v1/services/{name}/bench-llm"))
-                .json(&json!({"port": "", "maxHeldRequests": 100, "holdTimeoutSeconds": 30}))
-                .send()
-                .await;
-            Ok(match response {
-                Ok(r) if r.status().is_success() => {
-                    let v: serde_json::Value = r.json().await?;
-                    Check::Done(u16::try_from(v["listenPort"].as_u64().unwrap_or(0))?)
-                }
-                other => Check::NotYet(format!("{other:?}")),
-            })
-        },
-    )
-    .await?;
+    backend_service(&client, &name, "bench-llm", &host, args.emulator_port).await?;
+    let llm_port = register(&http, &control, &name, "bench-llm").await?;
     let llm_direct = format!("http://{host}:{}/v1/completions", args.emulator_port);
     let llm_proxied = format!("http://{host}:{llm_port}/v1/completions");
     complete(&http, &llm_proxied, 1).await?;
