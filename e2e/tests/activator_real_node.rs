@@ -36,6 +36,7 @@ use llmscaler_e2e::prometheus::Prometheus;
 use llmscaler_e2e::realnode::{
     NODE_VALUES, Release, bridge_address, helm, measured, ready_pods, wait_admission_working,
 };
+use llmscaler_e2e::stream::Outcome;
 use llmscaler_e2e::{Check, TestNamespace, client, unique_name, wait_for};
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -48,19 +49,6 @@ const TOKENS_PER_SECOND: u64 = 20;
 /// Port of the emulator's Service (the chart's `port`, named `http`).
 const PORT: u16 = 8000;
 
-#[derive(Debug, Default)]
-struct Outcome {
-    /// Streams answered to the end (`[DONE]` after every token).
-    answered: usize,
-    /// `503` with a `Retry-After`.
-    refused: usize,
-    /// Anything else (connection error, other status, cut stream, missing events).
-    failed: Vec<String>,
-    /// Seconds from send to the first event, and from the first to the last.
-    ttft: Vec<f64>,
-    spread: Vec<f64>,
-}
-
 /// One streaming completion to `url`, counted into `outcome`.
 async fn one_request(http: &reqwest::Client, url: &str, outcome: &Mutex<Outcome>) {
     let sent = Instant::now();
@@ -69,54 +57,9 @@ async fn one_request(http: &reqwest::Client, url: &str, outcome: &Mutex<Outcome>
         .json(&json!({"max_tokens": TOKENS, "stream": true}))
         .send()
         .await;
-    let mut response = match response {
-        Ok(r) => r,
-        Err(err) => {
-            outcome.lock().await.failed.push(format!("send: {err}"));
-            return;
-        }
-    };
-    if response.status() == 503 && response.headers().contains_key("retry-after") {
-        outcome.lock().await.refused += 1;
-        return;
-    }
-    if response.status() != 200 {
-        let status = response.status();
-        outcome.lock().await.failed.push(format!("HTTP {status}"));
-        return;
-    }
-    let mut body = String::new();
-    let mut first = None;
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                first.get_or_insert_with(Instant::now);
-                body.push_str(&String::from_utf8_lossy(&chunk));
-            }
-            Ok(None) => break,
-            Err(err) => {
-                outcome
-                    .lock()
-                    .await
-                    .failed
-                    .push(format!("stream cut: {err}"));
-                return;
-            }
-        }
-    }
-    let end = Instant::now();
-    let events = body.matches("data: ").count();
-    let mut o = outcome.lock().await;
-    match first {
-        Some(first)
-            if body.contains("data: [DONE]") && events == usize::try_from(TOKENS).unwrap() + 1 =>
-        {
-            o.answered += 1;
-            o.ttft.push((first - sent).as_secs_f64());
-            o.spread.push((end - first).as_secs_f64());
-        }
-        _ => o.failed.push(format!("{events} events")),
-    }
+    let mut one = Outcome::default();
+    one.take(url, response, sent, TOKENS).await;
+    outcome.lock().await.merge(one);
 }
 
 /// `n` concurrent streaming requests through the Service's ClusterIP (a new connection each,
