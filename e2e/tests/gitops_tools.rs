@@ -1,0 +1,393 @@
+//! The real GitOps tools next to the operator (issue 28, "The real GitOps tools"): Argo CD
+//! (auto-sync with self-heal, client-side apply) and Flux (a Kustomization reconciling every
+//! 10 s, server-side apply), each deploying from a Git repository on loopback a Deployment whose
+//! manifest carries `replicas: 1` and an LLMScaler on it, while load holds the scaler at 4.
+//! Each tool runs without and with the settings of docs/migrate.md
+//! (#gitops-leave-spec-replicas-to-the-operator): without them the tool writes Git's `1` back
+//! (thrash), with them the replica walk is exactly 1 -> 2 -> 4 and `llmscaler` alone owns
+//! `spec.replicas`. The LLMScaler's health as Argo CD shows it comes from
+//! docs/argocd/llmscaler/health.lua.
+//!
+//! Built only with the `gitops` feature and run by `e2e/gitops-test`, which builds Argo CD and Flux
+//! and starts them (`e2e/gitops up`); the hold under load is `GITOPS_HOLD_SECONDS` (300).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use kube::api::{ApiResource, GroupVersionKind};
+use llmscaler_e2e::fixture::{World, deployment_manifest, deployment_ref, queue_scaler_spec};
+use llmscaler_e2e::operator::run_command;
+use llmscaler_e2e::watch::{Recorder, Version};
+use serde_json::{Value, json};
+
+const MINUTE: Duration = Duration::from_secs(60);
+/// The queue the load holds: 20 per replica against a target of 0.5 asks for far more than 4.
+const LOAD: f64 = 20.0;
+/// The Lua health check Argo CD runs for LLMScalers.
+const HEALTH_LUA: &str = include_str!("../../docs/argocd/llmscaler/health.lua");
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tool {
+    ArgoCd,
+    Flux,
+}
+
+/// What one run saw; printed as one `GITOPS-RESULT` line for docs/benchmarks/gitops.md.
+#[derive(Debug)]
+struct Outcome {
+    walk: Vec<i32>,
+    /// Writes of Git's value over the operator's: steps down in the walk while the load held.
+    resets: usize,
+    /// Argo CD: syncs run (argocd_app_sync_total); Flux: reconciles run.
+    tool_runs: u64,
+    /// Managers of `spec.replicas` (managedFields) at the end of the hold.
+    owners: Vec<String>,
+    /// Argo CD only: the LLMScaler's health in the Application, each change in order.
+    health: Vec<String>,
+}
+
+fn env(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).with_context(|| format!("{name} unset: run through e2e/gitops-test"))
+}
+
+fn hold() -> anyhow::Result<Duration> {
+    let seconds = std::env::var("GITOPS_HOLD_SECONDS").unwrap_or_else(|_| "300".into());
+    Ok(Duration::from_secs(seconds.parse().with_context(|| {
+        format!("GITOPS_HOLD_SECONDS={seconds}: not whole seconds")
+    })?))
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<String> {
+    let dir = dir.to_str().context("temp dir not UTF-8")?;
+    let mut all = vec!["-C", dir];
+    all.extend_from_slice(args);
+    run_command("git", &all, None)
+}
+
+/// Pushes `files` (path, YAML) as one commit on `main` of `<repo>.git` on the loopback server.
+fn push(repo: &str, files: &[(&str, &Value)]) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir_all(dir.path().join("app"))?;
+    for (path, object) in files {
+        std::fs::write(dir.path().join(path), serde_yaml::to_string(object)?)?;
+    }
+    git(dir.path(), &["init", "-q", "-b", "main"])?;
+    git(dir.path(), &["add", "."])?;
+    git(
+        dir.path(),
+        &[
+            "-c",
+            "user.name=e2e",
+            "-c",
+            "user.email=e2e@llmscaler.invalid",
+            "commit",
+            "-q",
+            "-m",
+            "workload",
+        ],
+    )?;
+    let url = format!("{}/{repo}.git", env("GITOPS_GIT_URL")?);
+    git(dir.path(), &["push", "-q", &url, "main"])?;
+    Ok(url)
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// `sum` of the samples of `metric` whose labels hold every `key="value"` of `labels`.
+fn metric_sum(text: &str, metric: &str, labels: &[String]) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+async fn tool_runs(tool: Tool, ns: &str) -> anyhow::Result<u64> {
+    let (url, metric, labels) = match tool {
+        Tool::ArgoCd => (
+            env("ARGOCD_CONTROLLER_METRICS")?,
+            "argocd_app_sync_total",
+            vec![format!("name=\"{ns}\"")],
+        ),
+        Tool::Flux => (
+            env("FLUX_KUSTOMIZE_METRICS")?,
+            "gotk_reconcile_duration_seconds_count",
+            vec![
+                "kind=\"Kustomization\"".into(),
+                format!("namespace=\"{ns}\""),
+            ],
+        ),
+    };
+    let text = reqwest::get(&url).await?.text().await?;
+    Ok(metric_sum(&text, metric, &labels))
+}
+
+/// The LLMScaler's health in each recorded version of the Application, each change once.
+fn health_walk(versions: &[Version]) -> Vec<String> {
+    let mut walk: Vec<String> = Vec::new();
+    for version in versions {
+        let resources = version.get("/status/resources");
+        let health = resources
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["kind"] == "LLMScaler")
+            .map(|r| {
+                let h = &r["health"];
+                format!(
+                    "{}({})",
+                    h["status"].as_str().unwrap_or("none"),
+                    h["message"].as_str().unwrap_or("")
+                )
+            });
+        if let Some(health) = health
+            && walk.last() != Some(&health)
+        {
+            walk.push(health);
+        }
+    }
+    walk
+}
+
+/// Deploys the workload through `tool` (`settings`: the docs/migrate.md settings or not), drives
+/// the scaler to 4 and holds the load for [`hold`].
+async fn run(tool: Tool, settings: bool) -> anyhow::Result<Outcome> {
+    let prefix = match (tool, settings) {
+        (Tool::ArgoCd, false) => "argo-plain",
+        (Tool::ArgoCd, true) => "argo-ignore",
+        (Tool::Flux, false) => "flux-plain",
+        (Tool::Flux, true) => "flux-patch",
+    };
+    let mut world = World::new(prefix).await?;
+    let ns = world.namespace().to_string();
+    let tag = prefix;
+    world
+        .exporter
+        .set_gauge("llm_queue", &[(&format!("scaler=\"{tag}\""), LOAD)]);
+    let deployment = deployment_manifest(&ns, "vllm", Some(1));
+    let scaler = json!({
+        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+        "kind": "LLMScaler",
+        "metadata": {"name": "chat", "namespace": ns},
+        "spec": queue_scaler_spec(&world.prometheus.url(), deployment_ref("vllm"), tag, (1, 4), json!({})),
+    });
+    let url = push(
+        &ns,
+        &[
+            ("app/deployment.yaml", &deployment),
+            ("app/llmscaler.yaml", &scaler),
+        ],
+    )?;
+    // Every version of the Deployment from before the tool creates it: the walk is exact.
+    let recorder = Recorder::deployment(&world.client, &ns, "vllm").await?;
+    let argocd = env("ARGOCD_NAMESPACE")?;
+    let application = resource("argoproj.io", "v1alpha1", "Application", "applications");
+    let app_recorder = match tool {
+        Tool::ArgoCd => {
+            install_health_check(&argocd)?;
+            let mut spec = json!({
+                "project": "default",
+                "source": {"repoURL": url, "targetRevision": "main", "path": "app"},
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": ns},
+                "syncPolicy": {"automated": {"selfHeal": true}},
+            });
+            if settings {
+                spec["ignoreDifferences"] = json!([{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}]);
+                spec["syncPolicy"]["syncOptions"] = json!(["RespectIgnoreDifferences=true"]);
+            }
+            let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": ns, "namespace": argocd}, "spec": spec});
+            let recorder = Recorder::start(&world.client, &argocd, &application, &ns).await?;
+            kube::Api::<kube::api::DynamicObject>::namespaced_with(
+                world.client.clone(),
+                &argocd,
+                &application,
+            )
+            .patch(
+                &ns,
+                &kube::api::PatchParams::apply("e2e-setup").force(),
+                &kube::api::Patch::Apply(&app),
+            )
+            .await
+            .with_context(|| format!("applying Application {argocd}/{ns}"))?;
+            Some(recorder)
+        }
+        Tool::Flux => {
+            let source = json!({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+                "metadata": {"name": "app", "namespace": ns},
+                "spec": {"interval": "10s", "url": url, "ref": {"branch": "main"}}});
+            let mut spec = json!({"interval": "10s", "path": "./app", "prune": true,
+                "sourceRef": {"kind": "GitRepository", "name": "app"}});
+            if settings {
+                spec["patches"] = json!([{"target": {"kind": "Deployment", "name": "vllm"},
+                    "patch": "- op: remove\n  path: /spec/replicas\n"}]);
+            }
+            let kustomization = json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                "kind": "Kustomization", "metadata": {"name": "app", "namespace": ns}, "spec": spec});
+            world.apply("e2e-setup", &source).await?;
+            world.apply("e2e-setup", &kustomization).await?;
+            None
+        }
+    };
+    recorder
+        .wait_until("the tool created the Deployment", 2 * MINUTE, Version::replicas)
+        .await?;
+    world.start_operator(&format!("{prefix}-0"), &[]).await?;
+    // Any version at 4 (the tool may already have written 1 back over it).
+    recorder
+        .wait_record("spec.replicas 4 once", 2 * MINUTE, |versions| {
+            versions.iter().any(|v| v.replicas() == Some(4)).then_some(())
+        })
+        .await?;
+    let runs_before = tool_runs(tool, &ns).await?;
+    // The hold under load is the experiment itself (what the tools do meanwhile), not a wait for
+    // a condition.
+    let started = Instant::now();
+    tokio::time::sleep(hold()?).await;
+    let runs = tool_runs(tool, &ns).await? - runs_before;
+    let walk = recorder.replica_walk()?;
+    let owners = recorder
+        .latest()
+        .map(|v| v.replicas_managers())
+        .unwrap_or_default();
+    let health = app_recorder
+        .as_ref()
+        .map(|r| health_walk(&r.versions()))
+        .unwrap_or_default();
+    let resets = walk.windows(2).filter(|w| w[1] < w[0]).count();
+    let outcome = Outcome {
+        walk,
+        resets,
+        tool_runs: runs,
+        owners,
+        health,
+    };
+    println!(
+        "GITOPS-RESULT tool={tool:?} settings={settings} hold_s={} {outcome:?}",
+        started.elapsed().as_secs()
+    );
+    if let Some(app) = &app_recorder {
+        println!(
+            "Application at the end: sync {} / health {}",
+            app.latest()
+                .map(|v| v.get("/status/sync/status").to_string())
+                .unwrap_or_default(),
+            app.latest()
+                .map(|v| v.get("/status/health/status").to_string())
+                .unwrap_or_default()
+        );
+    }
+    // Nothing of the tool's may be left behind the namespace (Argo CD's Application lives in its own).
+    if tool == Tool::ArgoCd {
+        run_command(
+            &llmscaler_e2e::kubectl_path(),
+            &["-n", &argocd, "delete", "application", &ns, "--wait=false"],
+            None,
+        )?;
+    }
+    let logs = world.operator_logs();
+    world.finish().await.map_err(|e| e.context(logs))?;
+    Ok(outcome)
+}
+
+/// The LLMScaler health check in `argocd-cm` (docs/argocd/README.md#install-it).
+fn install_health_check(argocd: &str) -> anyhow::Result<()> {
+    let patch = json!({"data": {"resource.customizations.health.autoscaling.modelsphere.dev_LLMScaler": HEALTH_LUA}});
+    run_command(
+        &llmscaler_e2e::kubectl_path(),
+        &[
+            "-n",
+            argocd,
+            "patch",
+            "configmap",
+            "argocd-cm",
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )
+    .map(drop)
+}
+
+fn without_settings_thrashes(outcome: &Outcome) -> anyhow::Result<()> {
+    ensure!(
+        outcome.resets >= 1,
+        "no write of Git's replicas back over the operator's: {outcome:?}"
+    );
+    ensure!(
+        outcome.tool_runs >= 1,
+        "the tool ran no sync/reconcile during the hold: {outcome:?}"
+    );
+    Ok(())
+}
+
+fn with_settings_holds(outcome: &Outcome) -> anyhow::Result<()> {
+    ensure!(
+        outcome.walk == vec![1, 2, 4],
+        "a flip under the tool (expected 1 -> 2 -> 4): {outcome:?}"
+    );
+    ensure!(
+        outcome.owners == vec!["llmscaler".to_string()],
+        "spec.replicas owned by {:?}, not llmscaler alone",
+        outcome.owners
+    );
+    Ok(())
+}
+
+fn health_states(outcome: &Outcome) -> BTreeMap<String, usize> {
+    let mut states = BTreeMap::new();
+    for h in &outcome.health {
+        let status = h.split('(').next().unwrap_or_default().to_string();
+        *states.entry(status).or_insert(0) += 1;
+    }
+    states
+}
+
+#[tokio::test]
+async fn argocd_self_heal_with_replicas_in_git_thrashes_and_shows_degraded() -> anyhow::Result<()>
+{
+    let outcome = run(Tool::ArgoCd, false).await?;
+    without_settings_thrashes(&outcome)?;
+    let states = health_states(&outcome);
+    ensure!(
+        states.contains_key("Degraded"),
+        "the LLMScaler never showed Degraded (ReplicasContested) in Argo CD: {outcome:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn argocd_with_ignore_differences_and_respect_leaves_replicas_to_the_operator()
+-> anyhow::Result<()> {
+    let outcome = run(Tool::ArgoCd, true).await?;
+    with_settings_holds(&outcome)?;
+    ensure!(
+        outcome.health.last().is_some_and(|h| h.starts_with("Healthy")),
+        "the LLMScaler's health in Argo CD did not end Healthy: {outcome:?}"
+    );
+    ensure!(
+        !health_states(&outcome).contains_key("Degraded"),
+        "Degraded under the settings: {outcome:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn flux_with_replicas_in_git_takes_the_field_back_every_interval() -> anyhow::Result<()> {
+    let outcome = run(Tool::Flux, false).await?;
+    without_settings_thrashes(&outcome)
+}
+
+#[tokio::test]
+async fn flux_with_a_patch_removing_replicas_leaves_them_to_the_operator() -> anyhow::Result<()> {
+    let outcome = run(Tool::Flux, true).await?;
+    with_settings_holds(&outcome)
+}
