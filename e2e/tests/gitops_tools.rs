@@ -321,9 +321,13 @@ async fn run(tool: Tool, setting: Setting) -> anyhow::Result<Outcome> {
     let hold_to = SystemTime::now();
     // The second commit reached the cluster (else the half after it proves nothing).
     ensure!(
-        recorder
-            .latest()
-            .is_some_and(|v| v.get("/metadata/annotations/e2e.llmscaler.io~1revision") == "2"),
+        recorder.latest().is_some_and(|v| v
+            .object
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("e2e.llmscaler.io/revision"))
+            .is_some_and(|r| r == "2")),
         "the second commit was not applied within the second half of the hold"
     );
     let runs = tool_runs(tool, &ns).await? - runs_before;
