@@ -317,6 +317,23 @@ async fn run(tool: Tool, setting: Setting) -> anyhow::Result<Outcome> {
             ("app/llmscaler.yaml", &scaler),
         ],
     )?;
+    if tool == Tool::ArgoCd {
+        // What a Git webhook does in production: without it Argo CD's repo server did not see
+        // the new commit on the branch within 150 s (e2e/gitops runs it with a 10 s revision cache).
+        run_command(
+            &llmscaler_e2e::kubectl_path(),
+            &[
+                "-n",
+                &argocd,
+                "annotate",
+                "--overwrite",
+                "application",
+                &ns,
+                "argocd.argoproj.io/refresh=hard",
+            ],
+            None,
+        )?;
+    }
     tokio::time::sleep(hold - hold / 2).await;
     let hold_to = SystemTime::now();
     // The second commit reached the cluster (else the half after it proves nothing).
