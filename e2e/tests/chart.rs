@@ -464,7 +464,7 @@ fn vllm_emulator_chart_refuses_a_drain_budget_over_the_grace_period() -> anyhow:
 }
 
 /// Issue 29 (docs/security.md#keep-alive-and-shutdown): the operator pod's grace period covers
-/// the preStop delay and the webhook's drain, which the operator is told; a budget over the
+/// the shutdown delay and the webhook's drain, which the operator is told; a budget over the
 /// grace period does not render.
 #[test]
 #[ignore = "needs helm from e2e/install-deps"]
@@ -479,6 +479,21 @@ fn operator_chart_refuses_a_webhook_drain_over_the_grace_period() -> anyhow::Res
         .filter_map(|a| a.as_str())
         .collect();
     assert!(args.contains(&"--webhook-drain-seconds=100"), "{args:?}");
+    // Issue 26 item 2: the delay is the process's own (SIGTERM, and the Lease's release, come
+    // at the delete), not a preStop sleep that would hold them.
+    let container = &pod["containers"][0];
+    assert!(
+        container["lifecycle"]["preStop"].is_null(),
+        "{:?}",
+        container["lifecycle"]
+    );
+    let delay = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "LLMSCALER_SHUTDOWN_DELAY_SECONDS")
+        .map(|e| e["value"].clone());
+    assert_eq!(delay, Some(Value::from("5")));
     // 5 + 100 + 10 = 115 fits 115; 116 does not.
     deployment_with("terminationGracePeriodSeconds: 115")?;
     let refused = deployment_with("terminationGracePeriodSeconds: 114")
