@@ -20,9 +20,14 @@ pub const REAL_NODE: &str = "llmscaler-real-node";
 /// The label (value `"true"`) and taint key of the real node.
 pub const NODE_LABEL: &str = "llmscaler.dev/real-node";
 
-/// Values placing pods on the real node (it is tainted so that nothing else lands there).
+/// Values placing pods on the real node (it is tainted so that nothing else lands there), for
+/// the operator's chart and the emulator's; for the operator also the e2e harness's operator-wide
+/// settings: scalers may sync every second and no namespace query budget applies (the
+/// production defaults, 5 s and 20 queries/s, are tested in `tests/query_budget.rs`; the
+/// emulator chart ignores both keys).
 pub const NODE_VALUES: &str = "nodeSelector:\n  llmscaler.dev/real-node: \"true\"\n\
-                           tolerations:\n  - key: llmscaler.dev/real-node\n    operator: Exists\n    effect: NoSchedule\n";
+                           tolerations:\n  - key: llmscaler.dev/real-node\n    operator: Exists\n    effect: NoSchedule\n\
+                           minSyncPeriodSeconds: 1\nnamespaceQueryBudget: 0\n";
 
 /// Prints a `measured:` line (the figures the scripts copy into docs/benchmarks/).
 pub fn measured(what: &str, value: impl std::fmt::Display) {

@@ -507,7 +507,7 @@ fn operator_chart_refuses_a_webhook_drain_over_the_grace_period() -> anyhow::Res
     Ok(())
 }
 
-/// The operator Deployment of a render with `values` (a YAML values file).
+/// The operator Deployment (not the activator's) of a render with `values` (a YAML values file).
 fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("values.yaml");
@@ -515,7 +515,12 @@ fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
     let docs = documents(&render(&["-f", file.to_str().expect("utf-8 path")])?);
     let deployment = docs
         .iter()
-        .find(|d| d["kind"] == "Deployment")
+        .find(|d| {
+            d["kind"] == "Deployment"
+                && !d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-activator"))
+        })
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no Deployment"))?;
     Ok((docs, deployment))
@@ -538,6 +543,7 @@ extraVolumes: [{name: prom-ca, configMap: {name: prometheus-ca}}]
 extraVolumeMounts: [{name: prom-ca, mountPath: /etc/prom-ca, readOnly: true}]
 leaseName: custom-lease
 logFormat: json
+activator: {enabled: true}
 ",
     )?;
     let pod = &deployment["spec"]["template"];
@@ -579,6 +585,26 @@ logFormat: json
         .find(|d| d["kind"] == "Lease")
         .expect("the chart creates the Lease");
     assert_eq!(lease["metadata"]["name"], "custom-lease");
+    // The placement values place the activator's pod too (on the real node it ran on a node the
+    // values excluded, and no request reached it).
+    let activator = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Deployment"
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-activator"))
+        })
+        .expect("the activator's Deployment");
+    let spec = &activator["spec"]["template"]["spec"];
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert_eq!(spec["nodeSelector"]["pool"], "system");
+    assert_eq!(spec["tolerations"][0]["key"], "dedicated");
+    assert!(
+        spec["affinity"]["nodeAffinity"].is_mapping(),
+        "{}",
+        serde_yaml::to_string(spec)?
+    );
     Ok(())
 }
 
