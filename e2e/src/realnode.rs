@@ -192,3 +192,56 @@ pub async fn wait_admission_working(namespace: &str) -> anyhow::Result<String> {
     )
     .await
 }
+
+/// The DNAT destinations (`IP:port`) kube-proxy (iptables mode, on this host's network
+/// namespace, where the real node runs) has programmed for the Service port
+/// `namespace/service:port_name`: what a connection to its ClusterIP reaches now. Before
+/// kube-proxy has programmed a new Service, its ClusterIP leaves through the default route.
+///
+/// # Errors
+/// When `iptables-save` cannot run.
+pub fn kube_proxy_destinations(
+    namespace: &str,
+    service: &str,
+    port_name: &str,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let rules = run_command("iptables-save", &["-t", "nat"], None)?;
+    let comment = format!("{namespace}/{service}:{port_name}");
+    Ok(rules
+        .lines()
+        .filter(|l| l.starts_with("-A KUBE-SEP-") && l.contains(" -j DNAT "))
+        .filter(|l| {
+            l.contains(&format!("--comment \"{comment}\" "))
+                || l.contains(&format!("--comment {comment} "))
+        })
+        .filter_map(|l| l.split("--to-destination ").nth(1))
+        .filter_map(|d| d.split_whitespace().next())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Waits until kube-proxy sends `namespace/service:port_name` to exactly `want` (`IP:port`
+/// each), e.g. a new route's endpoints before a request is sent through the ClusterIP.
+///
+/// # Errors
+/// A timeout after 60 s naming what kube-proxy programmed, or `iptables-save` failing.
+pub async fn wait_kube_proxy(
+    namespace: &str,
+    service: &str,
+    port_name: &str,
+    want: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<()> {
+    wait_for(
+        &format!("kube-proxy to send {namespace}/{service}:{port_name} to {want:?}"),
+        Duration::from_secs(60),
+        || async move {
+            let now = kube_proxy_destinations(namespace, service, port_name)?;
+            Ok(if &now == want {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{now:?}"))
+            })
+        },
+    )
+    .await
+}

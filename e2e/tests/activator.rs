@@ -288,6 +288,7 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
         max_running: 64,
         shutdown_timeout_seconds: 1.0,
         model: "emulated".into(),
+        load_seconds: 0.0,
     };
     tokio::spawn(llmscaler_e2e::pod::serve(serve, emulator_shutdown));
 
