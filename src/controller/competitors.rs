@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
 use llmscaler_api::{LLMScaler, TargetRef};
+
+use super::by_target::ByTarget;
 
 /// The competitor of `target` in `namespace` among `hpas`, named for a condition message:
 /// `KEDA ScaledObject NAME (HorizontalPodAutoscaler HPA)` when a ScaledObject owns the HPA, else
@@ -54,30 +55,26 @@ fn scales(hpa: &HorizontalPodAutoscaler, namespace: &str, target: &TargetRef) ->
 }
 
 /// The competitor of `scaler` from the shared caches (empty until their watches have listed):
-/// an HPA on its target, or an older LLMScaler on the same target.
-pub fn from_stores(
-    hpas: &Store<HorizontalPodAutoscaler>,
-    scalers: &Store<LLMScaler>,
+/// an HPA on its target, or an older LLMScaler on the same target. Only the objects filed
+/// under the scaler's target are looked at ([`ByTarget`]): a sync costs the same at any number of
+/// cached HPAs and scalers.
+pub fn from_index(
+    hpas: &ByTarget<HorizontalPodAutoscaler>,
+    scalers: &ByTarget<LLMScaler>,
     scaler: &LLMScaler,
 ) -> Option<String> {
-    // Only the matching objects are taken out of the caches: a sync does not copy every HPA
-    // and every scaler of the cluster.
     let namespace = scaler.namespace().unwrap_or_default();
     let target = &scaler.spec.target_ref;
-    competitor(
-        &hpas.state_filter(|hpa| scales(hpa, &namespace, target)),
-        &namespace,
-        target,
-    )
-    .or_else(|| {
-        // Borrowed comparisons, most selective first: this runs over every cached scaler at
-        // every sync (an allocation per object here made N scalers cost O(N²)).
-        let siblings = scalers.state_filter(|other| {
-            other.spec.target_ref.name == target.name
-                && other.spec.target_ref.kind == target.kind
-                && other.metadata.namespace == scaler.metadata.namespace
-        });
-        older_scaler(&siblings, scaler)
+    let on_target: Vec<_> = hpas
+        .candidates(&namespace, &target.kind, &target.name)
+        .into_iter()
+        .filter(|hpa| scales(hpa, &namespace, target))
+        .collect();
+    competitor(&on_target, &namespace, target).or_else(|| {
+        older_scaler(
+            &scalers.candidates(&namespace, &target.kind, &target.name),
+            scaler,
+        )
     })
 }
 

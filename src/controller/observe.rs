@@ -109,7 +109,11 @@ pub(crate) async fn observe(sync: &SyncContext<'_>, scaler: &Scaler) -> Observat
         target,
         readings,
         activation,
-        competitor: competitors::from_stores(&ctx.hpas, &ctx.scalers, sync.scaler),
+        competitor: competitors::from_index(
+            &ctx.hpas_by_target,
+            &ctx.scalers_by_target,
+            sync.scaler,
+        ),
         capacity,
         objective,
         pods,
