@@ -139,6 +139,68 @@ mod tests {
 
     use super::*;
 
+    /// The LLMScaler index fed as the controller feeds it (the reflector first, then the index),
+    /// through add, modify, re-target, delete and re-create: the competitor check never names the
+    /// scaler itself nor a version that is gone, and the older scaler of a target acts.
+    #[test]
+    fn the_scaler_index_follows_add_modify_retarget_delete_and_recreate() {
+        use kube::runtime::{reflector, watcher};
+        let (store, mut writer) = reflector::store::<LLMScaler>();
+        let scalers = ByTarget::default();
+        let hpas = ByTarget::<HorizontalPodAutoscaler>::default();
+        let mut feed = |event: watcher::Event<LLMScaler>| {
+            writer.apply_watcher_event(&event);
+            scalers.observe(&store, &event);
+        };
+        let a = scaler("a", "2026-01-01T00:00:00Z", "vllm");
+        let b = scaler("b", "2026-01-02T00:00:00Z", "vllm");
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply((*a).clone()));
+        feed(watcher::Event::InitDone);
+        let check = |s: &LLMScaler| from_index(&hpas, &scalers, s);
+        assert_eq!(
+            check(&a),
+            None,
+            "alone on its target: no competitor, not itself"
+        );
+        // Modified in place (a new version, same target) several times: still no competitor.
+        for generation in 2..5 {
+            let mut modified = (*a).clone();
+            modified.metadata.generation = Some(generation);
+            feed(watcher::Event::Apply(modified));
+            assert_eq!(
+                check(&a),
+                None,
+                "its own earlier versions are not competitors"
+            );
+        }
+        feed(watcher::Event::Apply((*b).clone()));
+        assert_eq!(check(&a), None, "the older one acts");
+        assert_eq!(check(&b).as_deref(), Some("LLMScaler a"));
+        // b re-targeted: neither competes any more.
+        let b_moved = scaler("b", "2026-01-02T00:00:00Z", "sglang");
+        feed(watcher::Event::Apply((*b_moved).clone()));
+        assert_eq!(check(&a), None);
+        assert_eq!(check(&b_moved), None);
+        // ... and back.
+        feed(watcher::Event::Apply((*b).clone()));
+        assert_eq!(check(&b).as_deref(), Some("LLMScaler a"));
+        // a deleted: b acts.
+        feed(watcher::Event::Delete((*a).clone()));
+        assert_eq!(check(&b), None, "a deleted scaler is no competitor");
+        // a re-created (same name, created later than b): now a holds, naming b.
+        let a_again = scaler("a", "2026-01-03T00:00:00Z", "vllm");
+        feed(watcher::Event::Apply((*a_again).clone()));
+        assert_eq!(check(&b), None);
+        assert_eq!(check(&a_again).as_deref(), Some("LLMScaler b"));
+        // A re-list that holds only the re-created a: b's entry is gone, a acts.
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply((*a_again).clone()));
+        feed(watcher::Event::InitDone);
+        assert_eq!(check(&a_again), None);
+        assert_eq!(scalers.candidates("ns", "Deployment", "vllm").len(), 1);
+    }
+
     fn hpa(
         namespace: &str,
         name: &str,
