@@ -20,6 +20,7 @@
 pub(crate) mod act;
 pub mod activator;
 pub mod by_target;
+mod compact_store;
 pub mod competitors;
 mod events;
 pub mod history;
