@@ -45,7 +45,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "emulated")]
     pub model: String,
     /// Seconds before the server listens, as vLLM loads its model before its API server
-    /// accepts connections (2-4 min for the tiny model on CPU, `../shared/REAL-RUNTIME.md`);
+    /// accepts connections (minutes for the tiny model on CPU, `docs/benchmarks/real-vllm.md`);
     /// `/health` is unreachable meanwhile, so the pod is not Ready. SIGTERM ends the wait.
     #[arg(long, default_value_t = 0.0)]
     pub load_seconds: f64,

@@ -23,13 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use llmscaler_e2e::exporter::Exporter;
 use llmscaler_e2e::fixture::{deployment_ref, install_crd, queue_scaler_spec, scaler_resource};
@@ -40,6 +37,7 @@ use llmscaler_e2e::realnode::{
     wait_kube_proxy,
 };
 use llmscaler_e2e::stream::Outcome;
+use llmscaler_e2e::watch::when_spec_replicas;
 use llmscaler_e2e::{Check, TestNamespace, client, unique_name, wait_for};
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -90,30 +88,6 @@ async fn burst(url: &str, n: usize) -> Outcome {
     }
     Arc::try_unwrap(outcome).unwrap().into_inner()
 }
-
-/// Watches Deployment `name` and returns the instant `spec.replicas` first reads `want`.
-fn when_replicas(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    want: i32,
-) -> tokio::task::JoinHandle<Instant> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let field = format!("metadata.name={name}");
-    tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default().fields(&field))
-            .default_backoff()
-            .applied_objects();
-        futures::pin_mut!(stream);
-        while let Some(Ok(d)) = stream.next().await {
-            if d.spec.as_ref().and_then(|s| s.replicas) == Some(want) {
-                return Instant::now();
-            }
-        }
-        panic!("the Deployment watch ended");
-    })
-}
-
 /// The `IP:port` endpoints of the activator's route slice of `service` (empty when absent).
 async fn route_endpoints(
     slices: &Api<EndpointSlice>,
@@ -332,12 +306,12 @@ async fn three_bursts_from_zero_through_a_real_service_lose_no_request() -> anyh
     for (round, n) in [(1, MAX_HELD + 5), (2, MAX_HELD), (3, MAX_HELD)] {
         wait_no_pod(&pods, &workload_selector).await?;
         wait_routed(&slices, &namespace, workload).await?;
-        let woken = when_replicas(&client, &namespace, workload, 1);
+        let woken = when_spec_replicas(&client, &namespace, workload, 1);
         let sent = Instant::now();
         let outcome = burst(&url, n);
         tokio::pin!(outcome);
         let wake = tokio::select! {
-            at = woken => (at? - sent).as_secs_f64(),
+            at = woken => (at?? - sent).as_secs_f64(),
             done = &mut outcome => anyhow::bail!("burst {round} ended before the wake-up: {done:?}"),
         };
         wakes.push(wake);
