@@ -507,6 +507,13 @@ fn operator_chart_refuses_a_webhook_drain_over_the_grace_period() -> anyhow::Res
     Ok(())
 }
 
+/// Whether a rendered object is one of the activator's (`<fullname>-activator`).
+fn is_activator(object: &Value) -> bool {
+    object["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-activator"))
+}
+
 /// The operator Deployment (not the activator's) of a render with `values` (a YAML values file).
 fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
     let dir = tempfile::tempdir()?;
@@ -515,12 +522,7 @@ fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
     let docs = documents(&render(&["-f", file.to_str().expect("utf-8 path")])?);
     let deployment = docs
         .iter()
-        .find(|d| {
-            d["kind"] == "Deployment"
-                && !d["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with("-activator"))
-        })
+        .find(|d| d["kind"] == "Deployment" && !is_activator(d))
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no Deployment"))?;
     Ok((docs, deployment))
@@ -589,12 +591,7 @@ activator: {enabled: true}
     // values excluded, and no request reached it).
     let activator = docs
         .iter()
-        .find(|d| {
-            d["kind"] == "Deployment"
-                && d["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with("-activator"))
-        })
+        .find(|d| d["kind"] == "Deployment" && is_activator(d))
         .expect("the activator's Deployment");
     let spec = &activator["spec"]["template"]["spec"];
     assert_eq!(spec["priorityClassName"], "system-cluster-critical");
