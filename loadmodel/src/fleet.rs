@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
-use super::replica::{Params, Replica, ReplicaMetrics};
+use super::replica::{Dropped, Params, Replica, ReplicaMetrics};
 use super::trace::Request;
 
 /// A replica that takes no new requests and is finishing what it holds: out of rotation while
@@ -67,6 +67,16 @@ impl Accumulators {
         }
     }
 
+    /// Counts what a replica dropped as failed; a dropped request whose first token came within
+    /// the objective was counted within it then and is taken back: a request cut off is no
+    /// request served within the SLO.
+    fn drop(&mut self, dropped: Dropped) {
+        self.failed += dropped.lost;
+        self.within_slo = self
+            .within_slo
+            .saturating_sub(dropped.lost_after_first_token_within_slo);
+    }
+
     fn record(&mut self, ttfts: Vec<f64>, slo_ttft_s: f64) {
         self.served += ttfts.len() as u64;
         self.within_slo += ttfts.iter().filter(|&&t| t <= slo_ttft_s).count() as u64;
@@ -98,7 +108,8 @@ pub struct Report {
     pub ttft_p99_s: f64,
     /// The TTFT objective, seconds.
     pub slo_ttft_s: f64,
-    /// Share (0..1) of served requests with TTFT ≤ the objective.
+    /// Share (0..1) of served requests with TTFT ≤ the objective and not dropped afterwards (a
+    /// request cut off by a scale-down is a miss whatever its TTFT).
     pub ttft_slo_share: f64,
     /// Largest number of waiting requests over the fleet (including the gateway backlog).
     pub peak_queue: usize,
@@ -213,7 +224,7 @@ impl Fleet {
             d.replica.advance_to(t_s.min(d.deadline_s));
             self.acc.record(d.replica.take_ttfts(), slo);
             if d.deadline_s <= t_s {
-                self.acc.failed += d.replica.drop_all() as u64;
+                self.acc.drop(d.replica.drop_all());
             }
             if !d.parked() && d.replica.outstanding() == 0 {
                 gone.push(name.clone());
@@ -266,7 +277,7 @@ impl Fleet {
             if d.parked() && !alive.contains(name) && !routable.contains(name) {
                 d.deadline_s = deadline_s;
                 if self.params.drain_s <= 0.0 {
-                    self.acc.failed += d.replica.drop_all() as u64;
+                    self.acc.drop(d.replica.drop_all());
                 }
                 if d.replica.outstanding() == 0 {
                     killed.push(name.clone());
@@ -358,10 +369,8 @@ impl Fleet {
     pub fn report(&self) -> Report {
         let mut ttfts = self.acc.ttfts.clone();
         ttfts.sort_by(f64::total_cmp);
-        let within = ttfts
-            .iter()
-            .filter(|&&t| t <= self.params.slo_ttft_s)
-            .count();
+        // Counted as the TTFTs came, less the requests dropped after a timely first token.
+        let within = self.acc.within_slo;
         let in_flight = self.ready.values().map(Replica::outstanding).sum::<usize>()
             + self
                 .draining
@@ -622,6 +631,34 @@ mod tests {
         fleet.set_ready(0.2, &set(&["a"]));
         assert_eq!(fleet.in_flight("a"), Some(1));
         assert_eq!(fleet.report().failed, 0);
+    }
+
+    #[test]
+    fn a_request_cut_off_after_a_timely_first_token_is_an_slo_miss() {
+        let params = Params {
+            drain_s: 0.0,
+            ..Params::default()
+        };
+        let set =
+            |names: &[&str]| -> BTreeSet<String> { names.iter().map(|s| s.to_string()).collect() };
+        let mut fleet = Fleet::new(params);
+        fleet.set_ready(0.0, &set(&["a", "b"]));
+        for _ in 0..2 {
+            fleet.arrive(Request {
+                arrival_s: 0.0,
+                prompt_tokens: 100,
+                output_tokens: 300,
+            });
+        }
+        // 100 prompt tokens at 12,000 tokens/s and a 12 ms step: both first tokens within 2 s.
+        fleet.advance_to(0.5);
+        assert_eq!(fleet.served_within(), (2, 2));
+        // a is deleted with its request still decoding: lost, and no longer within the SLO.
+        fleet.set_ready(0.5, &set(&["b"]));
+        let r = fleet.report();
+        assert_eq!((r.failed, r.in_flight), (1, 1), "{r:?}");
+        assert_eq!(fleet.served_within(), (2, 1));
+        assert!((r.ttft_slo_share - 0.5).abs() < 1e-9, "{r:?}");
     }
 
     #[test]

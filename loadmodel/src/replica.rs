@@ -55,6 +55,16 @@ impl Default for Params {
     }
 }
 
+/// What [`Replica::drop_all`] lost, requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Dropped {
+    /// Requests lost (waiting or running).
+    pub(crate) lost: u64,
+    /// Of them, requests whose first token had come within the TTFT objective: counted within
+    /// the objective when it came, and taken back when dropped.
+    pub(crate) lost_after_first_token_within_slo: u64,
+}
+
 /// A sequence admitted to the batch.
 #[derive(Clone, Debug)]
 struct Seq {
@@ -63,6 +73,8 @@ struct Seq {
     prefilled: u32,
     /// Output tokens generated so far.
     generated: u32,
+    /// Its first token came within the TTFT objective (`slo_ttft_s`); false before it came.
+    first_token_within_slo: bool,
 }
 
 impl Seq {
@@ -199,6 +211,7 @@ impl Replica {
                     req,
                     prefilled: 0,
                     generated: 0,
+                    first_token_within_slo: false,
                 });
             }
         }
@@ -241,6 +254,7 @@ impl Replica {
             seq.generated = 1;
             self.kv_used += 1;
             let ttft = end - seq.req.arrival_s;
+            seq.first_token_within_slo = ttft <= p.slo_ttft_s;
             self.counters.prompt_tokens += u64::from(seq.req.prompt_tokens);
             self.counters.generation_tokens += 1;
             let bucket = TTFT_BUCKETS_S
@@ -274,13 +288,22 @@ impl Replica {
         self.clock_s = end;
     }
 
-    /// Drops everything it holds (a drained-out replica); returns how many requests were lost.
-    pub(crate) fn drop_all(&mut self) -> usize {
-        let lost = self.outstanding();
+    /// Drops everything it holds (a drained-out replica). Returns how many requests were lost,
+    /// and how many of them had already had their first token within the TTFT objective (a
+    /// dropped request is an SLO miss even so: issue 23, docs/simulate/README.md).
+    pub(crate) fn drop_all(&mut self) -> Dropped {
+        let dropped = Dropped {
+            lost: self.outstanding() as u64,
+            lost_after_first_token_within_slo: self
+                .running
+                .iter()
+                .filter(|s| s.first_token_within_slo)
+                .count() as u64,
+        };
         self.waiting.clear();
         self.running.clear();
         self.kv_used = 0;
-        lost
+        dropped
     }
 
     /// TTFTs observed since the last call, seconds.

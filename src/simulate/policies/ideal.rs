@@ -20,8 +20,9 @@ pub struct IdealPolicy {
 impl IdealPolicy {
     /// Requests of the interval (and the backlog) served within the objective with `n`
     /// replicas: a copy of the fleet gets `n` Ready replicas, the interval's arrivals, and one
-    /// objective's time after the interval to serve them.
-    fn score(&self, view: &View<'_>, now_ms: i64, n: i32) -> u64 {
+    /// objective's time after the interval to serve them. Negative when fewer replicas drop
+    /// requests already served in time (a dropped request is a miss: docs/simulate/README.md).
+    fn score(&self, view: &View<'_>, now_ms: i64, n: i32) -> i64 {
         let fleet: &Fleet = view.cluster.fleet();
         let (_, before) = fleet.served_within();
         let mut copy = fleet.probe_copy();
@@ -32,7 +33,8 @@ impl IdealPolicy {
         }
         let slo = fleet.params().slo_ttft_s;
         copy.advance_to(t_s + self.period_ms as f64 / 1000.0 + slo);
-        copy.served_within().1 - before
+        i64::try_from(copy.served_within().1).unwrap_or(i64::MAX)
+            - i64::try_from(before).unwrap_or(i64::MAX)
     }
 }
 
