@@ -494,6 +494,16 @@ fn operator_chart_refuses_a_webhook_drain_over_the_grace_period() -> anyhow::Res
         .find(|e| e["name"] == "LLMSCALER_SHUTDOWN_DELAY_SECONDS")
         .map(|e| e["value"].clone());
     assert_eq!(delay, Some(Value::from("5")));
+    // Issue 26 item 1: glibc's allocator settings that hand large freed buffers back
+    // (docs/benchmarks/scale.md: 165 -> 141 MiB at 10,000 scalers).
+    let env = |name: &str| {
+        container["env"]
+            .as_sequence()
+            .and_then(|env| env.iter().find(|e| e["name"] == name))
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(env("MALLOC_ARENA_MAX"), Some(Value::from("2")));
+    assert_eq!(env("MALLOC_MMAP_THRESHOLD_"), Some(Value::from("131072")));
     // 5 + 100 + 10 = 115 fits 115; 116 does not.
     deployment_with("terminationGracePeriodSeconds: 115")?;
     let refused = deployment_with("terminationGracePeriodSeconds: 114")
