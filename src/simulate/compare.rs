@@ -185,6 +185,11 @@ pub struct FlashCrowdReport {
     pub factor: f64,
 }
 
+/// How long `ideal` lets a replica it removes finish what it holds, seconds: longer than any
+/// request of the shipped traces takes on the default model (a 2,000-token answer at a full
+/// batch's ~35 ms step: about 70 s).
+const IDEAL_DRAIN_SECONDS: f64 = 600.0;
+
 /// The report of a run (JSON of `--report`).
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -338,8 +343,15 @@ pub fn run_with(
     let wants_ideal = options.compare.contains(&Comparator::Ideal)
         || options.compare.contains(&Comparator::Static)
         || options.initial_replicas.is_none();
+    // The bound starts replicas instantly and drains the ones it removes (they serve what they
+    // hold, up to IDEAL_DRAIN_SECONDS): a request dropped by a scale-down is an SLO miss, and a
+    // bound that could only keep replicas or drop requests would be neither cheap nor ideal.
     let ideal_settings = Settings {
         startup_ms: 0,
+        params: Params {
+            drain_s: IDEAL_DRAIN_SECONDS.max(settings.params.drain_s),
+            ..settings.params
+        },
         ..settings.clone()
     };
     let ideal = wants_ideal.then(|| {
