@@ -477,8 +477,12 @@ impl Sampler {
         let (pods, samples_w, stop_r) = (pods.clone(), samples.clone(), stop.clone());
         let task = tokio::spawn(async move {
             while !stop_r.load(Ordering::SeqCst) {
-                let listed = pods.list(&ListParams::default().labels(SELECTOR)).await?;
-                let reads = listed.items.iter().map(|pod| {
+                // A failed list (the API server busy) loses one tick, not the measurement.
+                let listed = match pods.list(&ListParams::default().labels(SELECTOR)).await {
+                    Ok(listed) => listed.items,
+                    Err(_) => Vec::new(),
+                };
+                let reads = listed.iter().map(|pod| {
                     let http = http.clone();
                     let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
                     async move {
@@ -497,7 +501,6 @@ impl Sampler {
                 let readings = futures::future::join_all(reads).await;
                 let at = Instant::now();
                 let tick: Vec<Sample> = listed
-                    .items
                     .iter()
                     .zip(readings)
                     .map(|(pod, reading)| Sample {
@@ -821,6 +824,12 @@ async fn real_vllm_scales_holds_and_drains() -> anyhow::Result<()> {
             "pod {} had no requests in flight when it left the rotation: {:?}",
             removed.pod,
             removed.at_cut
+        );
+        ensure!(
+            removed.last.in_flight() == 0.0,
+            "pod {} still had requests in flight at its last reading: {:?}",
+            removed.pod,
+            removed.last
         );
     }
     for kind in Kind::ALL {
