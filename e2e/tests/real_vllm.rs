@@ -61,17 +61,24 @@ const MAX_REPLICAS: i32 = 3;
 /// Time a pod may take to load (measured 2-4 min alone, over 10 min beside a saturated replica
 /// on 2 busy cores; the start-up probe allows 20).
 const LOAD_TIMEOUT: Duration = Duration::from_secs(1200);
-/// Output tokens of a streaming request in the scale-down phases: in the bucket (200, 500] of
-/// `vllm:request_params_max_tokens`.
-const STREAM_TOKENS: u32 = 256;
-/// Output tokens of a non-streaming request in the scale-down phases: in the bucket (100, 200].
-const PLAIN_TOKENS: u32 = 160;
+/// Output tokens of a streaming request in the scale-down phases: in the bucket (20, 50] of
+/// `vllm:request_params_max_tokens`. Short: on 2 busy cores a step took up to 0.2 s, and a
+/// queue of 8 such requests must still answer within [`SILENCE`].
+const STREAM_TOKENS: u32 = 48;
+/// Output tokens of a non-streaming request in the scale-down phases: in the bucket (10, 20].
+const PLAIN_TOKENS: u32 = 16;
 /// The `le` bounds of the `vllm:request_params_max_tokens` buckets that hold each kind:
 /// (below, at or above), indexed by [`Kind::index`].
-const KIND_BUCKETS: [(&str, &str); 2] = [("200.0", "500.0"), ("100.0", "200.0")];
+const KIND_BUCKETS: [(&str, &str); 2] = [("20.0", "50.0"), ("10.0", "20.0")];
 /// Closed-loop clients of the scale-down phases (half streaming): with `--max-num-seqs 2`, 2
-/// pods run 2 requests each and queue about 6, so the pod removed has both kinds in flight.
-const CUT_CLIENTS: usize = 16;
+/// pods run 2 requests each and queue about 10; the cut waits until every pod holds at least
+/// [`CUT_IN_FLIGHT`], so the pod removed has both kinds in flight (a pod holding 6 requests
+/// of one kind only: 2 x 2^-6, about 3 %).
+const CUT_CLIENTS: usize = 24;
+/// Requests every pod must hold (running + waiting) at the cut.
+const CUT_IN_FLIGHT: f64 = 6.0;
+/// How long a client waits for a byte before it counts the request as hung.
+const SILENCE: Duration = Duration::from_secs(120);
 /// Clients left sending after the cut (the others finish the request they have in flight), so
 /// the one pod left is not swamped while the others are removed.
 const AFTER_CUT_CLIENTS: usize = 4;
@@ -142,7 +149,7 @@ struct Tally {
 }
 
 /// One kind's outcome: requests ok, failed (non-200, error event, stream cut before
-/// `[DONE]`, a cut body), hung (60 s without a byte), and the failures by reason.
+/// `[DONE]`, a cut body), hung ([`SILENCE`] without a byte), and the failures by reason.
 struct Outcome {
     ok: u64,
     failed: u64,
@@ -214,7 +221,7 @@ fn is_hang(reason: &str) -> bool {
 /// another (even ones streaming), 64-token prompts of token ids, `tokens` output tokens
 /// (`ignore_eos`, so every request generates exactly that many). A reply counts as failed when
 /// it is not HTTP 200, carries an error event, ends before `data: [DONE]` (streaming), or stays
-/// silent for 60 s (a hang).
+/// silent for [`SILENCE`] (a hang).
 struct Load {
     active: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
@@ -293,10 +300,10 @@ async fn one_request(
     body: &Value,
     stream: bool,
 ) -> Result<(), String> {
-    let silence = Duration::from_secs(60);
+    let silence = SILENCE;
     let sent = tokio::time::timeout(silence, http.post(url).json(body).send()).await;
     let mut resp = match sent {
-        Err(_) => return Err("no response in 60 s".into()),
+        Err(_) => return Err("no response in 120 s".into()),
         Ok(Err(e)) if e.is_connect() => return Err("connect".into()),
         Ok(Err(_)) => return Err("request cut".into()),
         Ok(Ok(resp)) => resp,
@@ -307,7 +314,7 @@ async fn one_request(
     let mut text = Vec::new();
     loop {
         match tokio::time::timeout(silence, resp.chunk()).await {
-            Err(_) => return Err("hung (60 s without a byte)".into()),
+            Err(_) => return Err("hung (120 s without a byte)".into()),
             Ok(Err(_)) => return Err("body cut".into()),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => {
@@ -355,7 +362,7 @@ async fn completions_url(client: &Client) -> anyhow::Result<String> {
 fn scaler(prometheus: &str, drain: bool, min_replicas: i32, max_replicas: i32) -> Value {
     let mut scale_down = json!({"stabilizationWindowSeconds": 60});
     if drain {
-        scale_down["drain"] = json!({"drainSeconds": 90});
+        scale_down["drain"] = json!({"drainSeconds": 120});
     }
     json!({
         "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
@@ -1047,7 +1054,7 @@ async fn cut_under_load(
         },
     );
     let busy = sampler
-        .wait_every_pod_busy(usize::try_from(fleet)?, 1.0, 1.0)
+        .wait_every_pod_busy(usize::try_from(fleet)?, 1.0, CUT_IN_FLIGHT - 2.0)
         .await?;
     let client_in_flight = Kind::ALL.map(|k| load.tally.in_flight(k));
     let cut = Instant::now();
@@ -1058,7 +1065,7 @@ async fn cut_under_load(
     let seconds = cut.elapsed().as_secs_f64();
     let samples = sampler.finish().await?;
     // `finish` waits for every request in flight: one cut by the shutdown ends as a failure
-    // (HTTP 500, a cut body, or a stream silent for 60 s) before it returns.
+    // (HTTP 500, a cut body, or a stream silent for [`SILENCE`]) before it returns.
     let tally = load.finish().await?;
     let removed = removed_pods(&samples, cut)?;
     Ok(Cut {
@@ -1164,22 +1171,17 @@ fn readings_of_real_vllm_metrics() {
         "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 1.0".to_string(),
         "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0".to_string(),
     ];
-    for (le, n) in [
-        ("100.0", 4.0),
-        ("200.0", 9.0),
-        ("500.0", 16.0),
-        ("+Inf", 16.0),
-    ] {
+    for (le, n) in [("10.0", 4.0), ("20.0", 9.0), ("50.0", 16.0), ("+Inf", 16.0)] {
         lines.push(format!(
             "vllm:request_params_max_tokens_bucket{{engine=\"0\",le=\"{le}\",model_name=\"m\"}} {n}"
         ));
     }
     let reading = parse_reading(&lines.join("\n")).unwrap();
     assert_eq!(reading.in_flight(), 4.0);
-    // 7 in (200, 500] (streaming, 256 tokens), 5 in (100, 200] (non-streaming, 160 tokens).
+    // 7 in (20, 50] (streaming, 48 tokens), 5 in (10, 20] (non-streaming, 16 tokens).
     assert_eq!(reading.finished, [7.0, 5.0]);
     assert!(Tokens::same(1).of(Kind::Streaming) == 1);
-    assert!((200..=500).contains(&STREAM_TOKENS) && (101..=200).contains(&PLAIN_TOKENS));
+    assert!((21..=50).contains(&STREAM_TOKENS) && (11..=20).contains(&PLAIN_TOKENS));
     // A family missing: no reading.
     assert_eq!(parse_reading(&lines[1..].join("\n")), None);
 }
