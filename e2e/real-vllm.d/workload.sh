@@ -8,7 +8,7 @@
 #   at their own absolute paths (a venv's shebangs and pyvenv.cfg are absolute), and the shared
 #   vLLM/torch compile caches read-write (warm caches shorten the start-up).
 # - Namespace `real-vllm`: Deployment `vllm` (label app=vllm) on the real node, Service `vllm`
-#   (port 8000), readiness on /health, a start-up probe of 10 min (the measured load time is 2-4
+#   (port 8000), readiness on /health, a start-up probe of 20 min (the measured load time is 2-4
 #   min on 2 busy cores), and the drain-safe shutdown of docs/benchmarks/real-vllm.md
 #   (`--shutdown-timeout 30`, terminationGracePeriodSeconds 60).
 # - A Prometheus on the pod bridge's address (pods and the host reach it) that scrapes every Running pod of the namespace on :8000/metrics
@@ -105,7 +105,7 @@ deployment = {
                                 "--max-num-seqs", seqs, "--shutdown-timeout", shutdown],
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "ports": [{"name": "http", "containerPort": 8000}],
-                    "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 120},
+                    "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 240},
                     # A stopped process leaves the Service after 10-15 s; its metrics go stale
                     # after one failed scrape (2 s), which the coverage test relies on.
                     "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
