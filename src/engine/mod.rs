@@ -400,21 +400,29 @@ pub(crate) fn decide_with<E: Clone>(
     if policy.scale_up.apply_tolerance(&mut metrics, spec) {
         recommendation = best_recommendation(&metrics);
     }
+    let capacity_outcome = extras
+        .capacity
+        .as_ref()
+        .map(|(model, input)| model.outcome(input, policy.max_replicas));
+    let capacity_recommendation = capacity_outcome
+        .as_ref()
+        .and_then(|o| o.recommendation.as_ref().ok().copied());
     // The evidence bound (docs/guards.md#evidence-bound): a ratio read on the Ready replicas
-    // supports at most doubling them (or 4 more) per sync, whatever the ratio.
+    // supports at most doubling them per sync, whatever the ratio, and with spec.capacity at
+    // most doubling what the demand needs.
     let bounded_to = match signal {
-        Signal::Metrics(_) if evidence::apply(&mut metrics, baseline, spec) => {
-            recommendation = best_recommendation(&metrics);
-            Some(evidence::bound(baseline, spec))
+        Signal::Metrics(_) => {
+            let bounded = evidence::apply(&mut metrics, baseline, spec, capacity_recommendation);
+            if bounded.is_some() {
+                recommendation = best_recommendation(&metrics);
+            }
+            bounded
         }
-        Signal::Metrics(_) | Signal::Decision(_) => None,
+        Signal::Decision(_) => None,
     };
-    let capacity_recommendation = extras.capacity.as_ref().and_then(|(model, input)| {
-        let outcome = model.outcome(input, policy.max_replicas);
-        let r = outcome.recommendation.as_ref().ok().copied();
+    if let Some(outcome) = capacity_outcome {
         metrics.push(outcome);
-        r
-    });
+    }
     let objective_recommendation = extras.objective.as_ref().and_then(|outcome| {
         metrics.push(outcome.clone());
         outcome.recommendation.as_ref().ok().copied()
