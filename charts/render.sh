@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Renders the chart in its two modes, and with the monitoring add-ons, into charts/rendered/ (checked in; e2e/tests/chart.rs fails
+# Renders the chart in its two modes, with the monitoring add-ons, the activator and the
+# production values example (llmscaler/values-production.yaml), into charts/rendered/ (checked in; e2e/tests/chart.rs fails
 # when they drift). Usage: charts/render.sh [HELM]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -13,3 +14,5 @@ helm="${1:-${LLMSCALER_HELM:-helm}}"
   --set dashboard.enabled=true > rendered/monitoring.yaml
 "$helm" template llmscaler ./llmscaler --namespace llmscaler-system \
   --set activator.enabled=true > rendered/activator.yaml
+"$helm" template llmscaler ./llmscaler --namespace llmscaler-system \
+  -f llmscaler/values-production.yaml > rendered/production.yaml

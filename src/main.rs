@@ -115,6 +115,11 @@ struct SimulateArgs {
     /// HPA has no equivalent of, such as `spec.capacity`).
     #[arg(long, conflicts_with = "metrics")]
     comparators_scaler: Option<PathBuf>,
+    /// `--requests`: the `model_name` label of the replayed vLLM series (vLLM's
+    /// `--served-model-name`); default: the one the scaler's queries name in a
+    /// `model_name="…"` matcher, else `replayed-llm`.
+    #[arg(long, conflicts_with = "metrics")]
+    model_name: Option<String>,
     /// `--requests`: write the report JSON here.
     #[arg(long, conflicts_with = "metrics")]
     report: Option<PathBuf>,
@@ -305,6 +310,7 @@ fn run_requests(
     };
     let options = simulate::compare::Options {
         comparators_scaler,
+        model_name: args.model_name.clone(),
         startup_seconds,
         slo_ttft_seconds: args.slo_ttft_seconds,
         scrape_interval_seconds: args.scrape_interval_seconds,
@@ -330,6 +336,9 @@ fn run_requests(
         );
     }
     print!("{}", simulate::compare::summary(&report));
+    for unmatched in &report.unmatched_queries {
+        eprintln!("{}", unmatched.warning(&report.model_name));
+    }
     if let Some(out) = &args.report {
         let json = match serde_json::to_string_pretty(&report) {
             Ok(j) => j,

@@ -52,6 +52,15 @@ pub struct RunArgs {
     /// (`docs/scaling.md#pacing`).
     #[arg(long, default_value_t = controller::DEFAULT_MAX_CONCURRENT_SYNCS)]
     pub max_concurrent_syncs: u16,
+    /// Queries per second each namespace's scalers may send on average (a bucket of 5 s of
+    /// budget); a sync that would overspend waits, keeping its replicas, and says so in
+    /// `ScalingActive` (`QueryBudgetExceeded`). 0: no budget (docs/security.md#query-budget).
+    #[arg(
+        long,
+        env = "LLMSCALER_NAMESPACE_QUERY_BUDGET",
+        default_value_t = controller::query_budget::DEFAULT_QUERIES_PER_SECOND
+    )]
+    pub namespace_query_budget: f64,
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -117,6 +126,13 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         .policy
         .policy(Some(&args.namespace))
         .map_err(RunError::Policy)?;
+    if !(args.namespace_query_budget.is_finite() && args.namespace_query_budget >= 0.0) {
+        return Err(RunError::Policy(format!(
+            "--namespace-query-budget {} must be a number of queries per second, 0 (no budget) \
+             or more",
+            args.namespace_query_budget
+        )));
+    }
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
@@ -188,6 +204,8 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
         }),
         watch_namespaces: args.watch_namespace.clone(),
         max_concurrent_syncs: args.max_concurrent_syncs,
+        query_budget: controller::query_budget::QueryBudget::new(args.namespace_query_budget)
+            .map(Arc::new),
     };
     let result = if args.no_leader_election {
         operator.run_single(&shutdown).await
@@ -286,6 +304,8 @@ struct Operator {
     watch_namespaces: Vec<String>,
     /// Bound of concurrent syncs per controller.
     max_concurrent_syncs: u16,
+    /// The per-namespace query budget, shared by every controller.
+    query_budget: Option<Arc<controller::query_budget::QueryBudget>>,
 }
 
 /// Why a leadership term ended.
@@ -323,6 +343,7 @@ impl Operator {
             ctx.clock = self.clock.clone();
             ctx.previous_leader_behind_ms = previous_leader_behind_ms;
             ctx.policy = self.policy.clone();
+            ctx.query_budget = self.query_budget.clone();
             ctx.activator = self.activator.clone();
             let ctx = Arc::new(ctx);
             let mut stop = stop_rx.clone();

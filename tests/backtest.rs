@@ -635,6 +635,7 @@ fn scenario(days: usize, port: u16, compare: &str) -> String {
         tail_seconds: (days * 86_400) as f64 - last,
         termination_grace_seconds: 0.0,
         comparators_scaler: None,
+        model_name: None,
     };
     let extras = Extras {
         profile: Some(profile()),

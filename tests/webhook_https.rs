@@ -67,6 +67,9 @@ impl Webhook {
             .arg(&cert_file)
             .arg("--tls-key-file")
             .arg(&key_file)
+            // The binary's own defaults, whatever the environment sets.
+            .env_remove("LLMSCALER_MIN_SYNC_PERIOD_SECONDS")
+            .env_remove("LLMSCALER_MAX_REPLICAS_CAP")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -174,6 +177,46 @@ async fn assert_served(client: &reqwest::Client, webhook: &Webhook) {
     )
     .await;
     assert_eq!(status, 200);
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+}
+
+/// The shared-cluster defaults (docs/security.md#shared-cluster-defaults): with no policy flag,
+/// admission refuses a 1 s sync period and a maxReplicas over 128, naming the fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_cluster_defaults_refuse_a_1s_sync_and_more_than_128_replicas() {
+    init();
+    let certs = new_certs();
+    let webhook = Webhook::start(&certs);
+    let client = client(&[&certs.ca_cert_pem]);
+    let mut fast = spec("2");
+    fast["syncPeriodSeconds"] = json!(1);
+    fast["maxReplicas"] = json!(129);
+    let (status, body) = post(&client, &webhook.url("/validate"), &review("CREATE", fast)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let message = body["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains(
+            "spec.syncPeriodSeconds: 1 is below the operator's minimum of 5 seconds \
+             (--min-sync-period-seconds)"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec.maxReplicas: 129 is over the operator's replica cap 128"),
+        "{message}"
+    );
+    let mut at_the_bounds = spec("2");
+    at_the_bounds["syncPeriodSeconds"] = json!(5);
+    at_the_bounds["maxReplicas"] = json!(128);
+    let (_, body) = post(
+        &client,
+        &webhook.url("/validate"),
+        &review("CREATE", at_the_bounds),
+    )
+    .await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
 }
 

@@ -127,6 +127,9 @@ names! {
         AsExpected,
         /// The spec breaks an admission rule (the webhook was down or bypassed).
         InvalidSpec,
+        /// The namespace spent its query budget (`--namespace-query-budget`): the sync waits
+        /// for it, nothing is read or written meanwhile (the fleet keeps its size).
+        QueryBudgetExceeded,
         /// The target workload or its kind does not exist.
         TargetNotFound,
         /// Reading the target failed for another reason than not-found (RBAC, timeouts).
@@ -217,6 +220,7 @@ impl Reason {
             | Reason::DrainResumed => true,
             Reason::AsExpected
             | Reason::InvalidSpec
+            | Reason::QueryBudgetExceeded
             | Reason::TargetNotFound
             | Reason::TargetUnreadable
             | Reason::MetricsUnavailable
@@ -263,6 +267,7 @@ impl Reason {
             | Reason::ScaleDownNotSettled => true,
             Reason::AsExpected
             | Reason::InvalidSpec
+            | Reason::QueryBudgetExceeded
             | Reason::TargetNotFound
             | Reason::TargetUnreadable
             | Reason::SomeMetricsSkipped

@@ -221,6 +221,14 @@ fn is_host_name(name: &str) -> bool {
         })
 }
 
+/// The operator's default `--min-sync-period-seconds`, seconds: a scaler's queries run at most
+/// once per 5 s (docs/security.md#shared-cluster-defaults).
+pub const DEFAULT_MIN_SYNC_PERIOD_SECONDS: i32 = 5;
+
+/// The operator's default `--max-replicas-cap`, replicas: the `maxReplicas` of the recommended
+/// examples (`docs/examples/`), docs/security.md#shared-cluster-defaults.
+pub const DEFAULT_MAX_REPLICAS_CAP: i32 = 128;
+
 /// Everything an `LLMScaler` is held to beyond its own schema (`docs/security.md`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OperatorPolicy {
@@ -230,6 +238,11 @@ pub struct OperatorPolicy {
     pub allow_tenant_header: bool,
     /// Upper bound on `spec.maxReplicas`, replicas; `None` = no bound beyond int32.
     pub max_replicas_cap: Option<i32>,
+    /// Lower bound on `spec.syncPeriodSeconds` and `spec.retryPeriodSeconds`, seconds
+    /// (`--min-sync-period-seconds`, default [`DEFAULT_MIN_SYNC_PERIOD_SECONDS`] in the
+    /// operator; 0 or 1 = only the schema's minimum of 1 s): a scaler's queries run once per
+    /// period against a Prometheus other tenants share (docs/security.md#shared-cluster-defaults).
+    pub min_sync_period_seconds: i32,
     /// `--restrict-secret-access` (KEDA's flag of the same name): `serverHeadersFrom` is
     /// accepted only for scalers in the operator's own namespace ([`Self::operator_namespace`]).
     pub restrict_secret_access: bool,

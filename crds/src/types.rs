@@ -128,13 +128,15 @@ pub struct LLMScalerSpec {
     #[schemars(length(max = 16))]
     pub metrics: Option<Vec<MetricSpec>>,
 
-    /// Seconds between evaluations, at least 1 (at most 16 requests per second per scaler,
-    /// under the operator's process-wide request limit). Default 15.
+    /// Seconds between evaluations, at least 1 and at least the operator's
+    /// `--min-sync-period-seconds` (default 5; at most 16 requests per second per scaler, under
+    /// the operator's process-wide request limit). Default 15.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub sync_period_seconds: Option<i32>,
 
-    /// Seconds before the next attempt when the target is missing or a sync fails. Default 10.
+    /// Seconds before the next attempt when the target is missing or a sync fails, at least the
+    /// operator's `--min-sync-period-seconds` (default 5). Default 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub retry_period_seconds: Option<i32>,

@@ -585,6 +585,18 @@ fn validate_bounds(spec: &LLMScalerSpec, policy: &OperatorPolicy, errors: &mut V
                 format!("spec.{field}"),
                 format!("{v} must be at least 1 second"),
             ));
+        } else if let Some(v) = value
+            && v < policy.min_sync_period_seconds
+        {
+            errors.push(FieldError::new(
+                format!("spec.{field}"),
+                format!(
+                    "{v} is below the operator's minimum of {} seconds \
+                     (--min-sync-period-seconds): every period runs the scaler's queries \
+                     against a shared Prometheus",
+                    policy.min_sync_period_seconds
+                ),
+            ));
         }
     }
 }
@@ -1184,6 +1196,37 @@ mod tests {
         assert!(errors[0].message.contains("replica cap 64"), "{errors:?}");
         spec.max_replicas = 64;
         assert!(validate_spec(&spec, &capped).is_empty());
+    }
+
+    #[test]
+    fn the_operator_minimum_sync_period_refuses_faster_periods_naming_the_field() {
+        let mut spec = valid();
+        spec.sync_period_seconds = Some(1);
+        spec.retry_period_seconds = Some(4);
+        let floor = OperatorPolicy {
+            min_sync_period_seconds: crate::policy::DEFAULT_MIN_SYNC_PERIOD_SECONDS,
+            ..OperatorPolicy::default()
+        };
+        let errors = validate_spec(&spec, &floor);
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["spec.syncPeriodSeconds", "spec.retryPeriodSeconds"],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains(
+                "1 is below the operator's minimum of 5 seconds (--min-sync-period-seconds)"
+            ),
+            "{errors:?}"
+        );
+        // Unset periods take their defaults (15 s, 10 s), above the minimum.
+        spec.sync_period_seconds = None;
+        spec.retry_period_seconds = Some(5);
+        assert!(validate_spec(&spec, &floor).is_empty());
+        // Without the operator's minimum, 1 s stays valid (the schema's own bound).
+        spec.sync_period_seconds = Some(1);
+        assert!(validate_spec(&spec, &OperatorPolicy::default()).is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod pod;
 #[cfg(feature = "real-node")]
 pub mod realnode;
 pub mod session;
+pub mod stream;
 pub mod watch;
 
 use std::time::{SystemTime, UNIX_EPOCH};

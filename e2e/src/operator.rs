@@ -308,6 +308,13 @@ impl Operator {
                 identity,
             ])
             .args(extra)
+            // The e2e scalers sync every 1-3 s to keep the tests short: below the operator's
+            // default minimum of 5 s (docs/security.md#shared-cluster-defaults).
+            .env("LLMSCALER_MIN_SYNC_PERIOD_SECONDS", "1")
+            // Benchmarks (bench/scale) put thousands of scalers in one namespace to measure the
+            // operator, not a tenant: no per-namespace query budget unless a test passes
+            // `--namespace-query-budget` (docs/security.md#query-budget).
+            .env("LLMSCALER_NAMESPACE_QUERY_BUDGET", "0")
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
             .stdin(Stdio::null())

@@ -29,6 +29,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use llmscaler_e2e::fixture::{SETUP_MANAGER, World};
 use llmscaler_e2e::operator::binary;
+use llmscaler_e2e::stream::Outcome;
 use llmscaler_e2e::{Check, wait_for};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -180,19 +181,6 @@ async fn endpoints(slices: &Api<EndpointSlice>) -> Vec<(SocketAddr, bool)> {
     out
 }
 
-#[derive(Debug, Default)]
-struct Outcome {
-    /// Streams answered to the end (`[DONE]`).
-    answered: usize,
-    /// `503` with a `Retry-After`.
-    refused: usize,
-    /// Anything else (no endpoint, connection error, other status, cut stream).
-    failed: Vec<String>,
-    /// Seconds from send to the first event, and from the first to the last.
-    ttft: Vec<f64>,
-    spread: Vec<f64>,
-}
-
 /// One streaming request to an endpoint of `vllm` picked as kube-proxy would (at random among
 /// the Ready ones, `i` stands in for the randomness).
 async fn one_request(
@@ -213,56 +201,9 @@ async fn one_request(
         .json(&json!({"max_tokens": TOKENS, "stream": true}))
         .send()
         .await;
-    let mut response = match response {
-        Ok(r) => r,
-        Err(err) => {
-            outcome.lock().await.failed.push(format!("{addr}: {err}"));
-            return;
-        }
-    };
-    if response.status() == 503 && response.headers().contains_key("retry-after") {
-        outcome.lock().await.refused += 1;
-        return;
-    }
-    if response.status() != 200 {
-        let status = response.status();
-        outcome
-            .lock()
-            .await
-            .failed
-            .push(format!("{addr}: HTTP {status}"));
-        return;
-    }
-    let mut body = String::new();
-    let mut first = None;
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                first.get_or_insert_with(Instant::now);
-                body.push_str(&String::from_utf8_lossy(&chunk));
-            }
-            Ok(None) => break,
-            Err(err) => {
-                outcome
-                    .lock()
-                    .await
-                    .failed
-                    .push(format!("{addr}: stream cut: {err}"));
-                return;
-            }
-        }
-    }
-    let end = Instant::now();
-    let events = body.matches("data: ").count();
-    let mut o = outcome.lock().await;
-    if body.contains("data: [DONE]") && events == usize::try_from(TOKENS).unwrap() + 1 {
-        o.answered += 1;
-        let first = first.unwrap();
-        o.ttft.push((first - sent).as_secs_f64());
-        o.spread.push((end - first).as_secs_f64());
-    } else {
-        o.failed.push(format!("{addr}: {events} events"));
-    }
+    let mut one = Outcome::default();
+    one.take(&addr.to_string(), response, sent, TOKENS).await;
+    outcome.lock().await.merge(one);
 }
 
 /// Sends `n` concurrent streaming requests; returns the outcome.

@@ -136,11 +136,14 @@ fn helm_lint_is_clean_in_both_modes() -> anyhow::Result<()> {
 #[test]
 #[ignore = "needs helm from e2e/install-deps"]
 fn helm_template_matches_the_checked_in_renders() -> anyhow::Result<()> {
+    let production = repo().join("charts/llmscaler/values-production.yaml");
+    let production = ["-f", production.to_str().expect("utf-8 path")];
     for (file, args) in [
         ("default.yaml", &[][..]),
         ("out-of-cluster.yaml", &OUT_OF_CLUSTER[..]),
         ("monitoring.yaml", &MONITORING[..]),
         ("activator.yaml", &["--set", "activator.enabled=true"][..]),
+        ("production.yaml", &production[..]),
     ] {
         let rendered = render(args)?;
         let committed = std::fs::read_to_string(repo().join("charts/rendered").join(file))?;

@@ -173,6 +173,9 @@ pub fn run(args: &BacktestArgs) -> ExitCode {
         Err(err) => return fail(err.exit_code(), &err.to_string()),
     };
     print!("{}", report::text(&report.0));
+    for unmatched in &report.0.replay.unmatched_queries {
+        eprintln!("{}", unmatched.warning(&report.0.replay.model_name));
+    }
     if let Some(path) = &args.report {
         let json = match serde_json::to_string_pretty(&report.0) {
             Ok(j) => j,
@@ -395,6 +398,7 @@ async fn backtest(
         tail_seconds: (span_s - last).max(0.0),
         termination_grace_seconds: s.termination_grace_seconds,
         comparators_scaler: None,
+        model_name: Some(chosen.model_name.clone()),
     };
     let extras = Extras {
         profile: s.profile,

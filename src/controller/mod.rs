@@ -26,6 +26,7 @@ pub mod leadership;
 pub(crate) mod observe;
 pub mod pacing;
 pub mod pod_cache;
+pub mod query_budget;
 pub(crate) mod report;
 pub(crate) mod state;
 pub mod target;
@@ -167,6 +168,8 @@ pub struct Context {
     /// At most this many syncs run at once (0: no bound); the rest wait, and their wait shows
     /// as evaluation lag.
     pub max_concurrent_syncs: u16,
+    /// The per-namespace query budget (`--namespace-query-budget`); `None`: no budget.
+    pub query_budget: Option<Arc<query_budget::QueryBudget>>,
     /// Per-scaler memory.
     pub(crate) states: States,
     /// The LLMScalers the controller watches (another scaler on the same target competes).
@@ -216,6 +219,7 @@ impl Context {
             activator: None,
             policy: llmscaler_api::OperatorPolicy::default(),
             max_concurrent_syncs: DEFAULT_MAX_CONCURRENT_SYNCS,
+            query_budget: None,
             states: States::default(),
         }
     }
@@ -553,6 +557,21 @@ async fn sync_once(sync: &SyncContext<'_>, step: &mut Scaler) -> (Result<(), Sta
     let retry = sync
         .now_ms
         .saturating_add(period_ms(spec.effective_retry_period_seconds()));
+    if let Some(wait_ms) = query_budget::delay(sync, &spec) {
+        let message = query_budget::delayed_message(
+            sync.namespace,
+            sync.ctx
+                .query_budget
+                .as_ref()
+                .map_or(0.0, |b| b.per_second()),
+            query_budget::queries_per_sync(&spec),
+        );
+        let conditions = conditions::query_budget_exceeded(&message);
+        return (
+            report::failed(sync, conditions).await,
+            sync.now_ms.saturating_add(wait_ms),
+        );
+    }
     let failed = match observe::observe(sync, step).await {
         Observation::Invalid(violations) => {
             let message = violations

@@ -149,6 +149,17 @@ pub(crate) fn source_failed(message: &str) -> Vec<ConditionSpec> {
         .collect()
 }
 
+/// The conditions of a sync delayed by the namespace's query budget: `ScalingActive` false
+/// (nothing was read), `Ready` left as the last sync set it (docs/security.md#query-budget).
+pub(crate) fn query_budget_exceeded(message: &str) -> Vec<ConditionSpec> {
+    vec![ConditionSpec::new(
+        ConditionType::ScalingActive,
+        false,
+        Reason::QueryBudgetExceeded,
+        message,
+    )]
+}
+
 /// The five conditions of a decided sync, in the order `Ready`, `ScalingActive`, `AbleToScale`,
 /// `ScalingLimited`, `ReplicasContested`.
 pub fn derive(report: &SyncReport<'_>) -> Vec<ConditionSpec> {

@@ -11,6 +11,7 @@
 
 pub mod eval;
 mod functions;
+pub mod selectors;
 mod store;
 
 pub use eval::{Value, evaluate, evaluate_single};

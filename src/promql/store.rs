@@ -96,6 +96,12 @@ impl Store {
         out
     }
 
+    /// The labels of every series ever stored (`__name__` included), in the order they were
+    /// first written.
+    pub fn label_sets(&self) -> Vec<Labels> {
+        self.series.iter().map(|s| s.labels.clone()).collect()
+    }
+
     /// Series named `name` (all series when `None`).
     pub(crate) fn candidates(&self, name: Option<&str>) -> Box<dyn Iterator<Item = &Series> + '_> {
         match name {

@@ -12,6 +12,7 @@ use super::policies::{
     StaticPolicy, shapes,
 };
 use super::replay::{self, Autoscaler, Outcome, Settings};
+use super::series_check::{self, Unmatched};
 use crate::promql::PromqlError;
 
 /// Without `--initial-replicas`, every policy starts with the most replicas `ideal` uses in
@@ -97,6 +98,9 @@ pub struct Options {
     /// The scaler whose metrics `hpa` and `keda` run on (`--comparators-scaler`); `None` = the
     /// replayed scaler's own. Its bounds are not used: every policy has the replayed scaler's.
     pub comparators_scaler: Option<LLMScaler>,
+    /// The `model_name` label of the replayed series (`--model-name`); `None` = the one the
+    /// scaler's queries name, else [`series_check::DEFAULT_MODEL_NAME`].
+    pub model_name: Option<String>,
 }
 
 /// A replica history replayed as a fixed policy (`backtest`'s "as it ran",
@@ -134,6 +138,9 @@ pub enum CompareError {
     /// A query is outside the supported subset or does not parse.
     #[error(transparent)]
     Query(#[from] PromqlError),
+    /// The scaler's queries name several models and `--model-name` does not choose.
+    #[error("{0}")]
+    ModelName(String),
 }
 
 /// One policy's figures (`docs/simulate/README.md#report`).
@@ -218,6 +225,11 @@ pub struct Report {
     /// `ideal`'s fleet (when `ideal` ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ideal_with_startup_replica_seconds: Option<f64>,
+    /// The `model_name` label of the replayed series.
+    pub model_name: String,
+    /// The scaler's queries (and `--comparators-scaler`'s) with a selector that selected no
+    /// replayed series: each read nothing for the whole run (docs/simulate/README.md#prometheus).
+    pub unmatched_queries: Vec<Unmatched>,
     /// Per policy timelines (for the plot; not in the JSON).
     #[serde(skip)]
     pub timelines: BTreeMap<String, Vec<replay::TimelinePoint>>,
@@ -298,6 +310,8 @@ pub fn run_with(
         .namespace
         .clone()
         .unwrap_or_else(|| "default".to_string());
+    let model_name = series_check::model_name(spec, options.model_name.as_deref())
+        .map_err(CompareError::ModelName)?;
     let settings = Settings {
         params,
         startup_ms: seconds_to_ms(options.startup_seconds),
@@ -307,6 +321,8 @@ pub fn run_with(
             ("namespace".to_string(), namespace.clone()),
             ("app".to_string(), spec.target_ref.name.clone()),
             ("job".to_string(), "vllm".to_string()),
+            ("engine".to_string(), series_check::ENGINE.to_string()),
+            ("model_name".to_string(), model_name.clone()),
         ],
     };
     let period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
@@ -410,6 +426,24 @@ pub fn run_with(
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
 
+    let mut series: Vec<crate::promql::Labels> = Vec::new();
+    for (_, outcome) in &outcomes {
+        series.extend(outcome.series.iter().cloned());
+    }
+    let mut unmatched_queries = series_check::unmatched(spec, "", &series);
+    if let Some(other) = &options.comparators_scaler
+        && options
+            .compare
+            .iter()
+            .any(|c| matches!(c, Comparator::Hpa | Comparator::Keda))
+    {
+        unmatched_queries.extend(series_check::unmatched(
+            &other.spec,
+            "comparators-scaler: ",
+            &series,
+        ));
+    }
+    drop(series);
     let mut policies = BTreeMap::new();
     let mut timelines = BTreeMap::new();
     for (name, outcome) in outcomes {
@@ -446,6 +480,8 @@ pub fn run_with(
         flash_crowd: None,
         policies,
         ideal_with_startup_replica_seconds: ideal_with_startup,
+        model_name,
+        unmatched_queries,
         timelines,
     })
 }

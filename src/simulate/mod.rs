@@ -10,6 +10,7 @@ pub mod input;
 pub mod plot;
 pub mod policies;
 pub mod replay;
+pub mod series_check;
 
 use llmscaler_api::{LLMScalerSpec, MetricProvider};
 

@@ -10,8 +10,8 @@ use crate::server::{self, CertResolver};
 
 /// The operator-wide policy flags of `llmscaler run` and `llmscaler webhook`
 /// (`docs/security.md`; Helm values `egress.allowedServerAddresses`,
-/// `egress.allowTenantHeader`, `maxReplicasCap`).
-#[derive(clap::Args, Debug, Clone, Default)]
+/// `egress.allowTenantHeader`, `maxReplicasCap`, `minSyncPeriodSeconds`).
+#[derive(clap::Args, Debug, Clone)]
 pub struct PolicyArgs {
     /// Where metric requests may go: comma-separated host patterns (`prometheus.monitoring.svc`,
     /// `*.monitoring.svc.cluster.local`, `*`) and networks (`10.0.0.0/8`, `fd00::/8`). Empty =
@@ -25,9 +25,23 @@ pub struct PolicyArgs {
     /// Allow tenancy headers (`X-Scope-OrgID`, `THANOS-TENANT`) in `serverHeaders`.
     #[arg(long)]
     pub allow_tenant_header: bool,
-    /// Upper bound on any scaler's `spec.maxReplicas`, replicas.
-    #[arg(long)]
-    pub max_replicas_cap: Option<i32>,
+    /// Upper bound on any scaler's `spec.maxReplicas`, replicas (admission refuses more; a
+    /// stored scaler above it is held and reported invalid). Default 128; 2147483647 = none.
+    #[arg(
+        long,
+        env = "LLMSCALER_MAX_REPLICAS_CAP",
+        default_value_t = llmscaler_api::policy::DEFAULT_MAX_REPLICAS_CAP
+    )]
+    pub max_replicas_cap: i32,
+    /// Lower bound on any scaler's `spec.syncPeriodSeconds` and `spec.retryPeriodSeconds`,
+    /// seconds (admission refuses less; a stored scaler below it is held and reported invalid).
+    /// Default 5; 1 = the schema's minimum only (the e2e harness sets 1 through the environment).
+    #[arg(
+        long,
+        env = "LLMSCALER_MIN_SYNC_PERIOD_SECONDS",
+        default_value_t = llmscaler_api::policy::DEFAULT_MIN_SYNC_PERIOD_SECONDS
+    )]
+    pub min_sync_period_seconds: i32,
     /// Accept `serverHeadersFrom` (header values from Secrets) only for scalers in the
     /// operator's own namespace (KEDA's `--restrict-secret-access`).
     #[arg(long)]
@@ -43,15 +57,23 @@ impl PolicyArgs {
         &self,
         operator_namespace: Option<&str>,
     ) -> Result<llmscaler_api::OperatorPolicy, String> {
-        if let Some(cap) = self.max_replicas_cap
-            && cap < 0
-        {
-            return Err(format!("--max-replicas-cap {cap} must be 0 or more"));
+        if self.max_replicas_cap < 0 {
+            return Err(format!(
+                "--max-replicas-cap {} must be 0 or more",
+                self.max_replicas_cap
+            ));
+        }
+        if self.min_sync_period_seconds < 1 {
+            return Err(format!(
+                "--min-sync-period-seconds {} must be 1 or more",
+                self.min_sync_period_seconds
+            ));
         }
         Ok(llmscaler_api::OperatorPolicy {
             egress: llmscaler_api::policy::EgressPolicy::parse(&self.allowed_server_addresses)?,
             allow_tenant_header: self.allow_tenant_header,
-            max_replicas_cap: self.max_replicas_cap,
+            max_replicas_cap: (self.max_replicas_cap < i32::MAX).then_some(self.max_replicas_cap),
+            min_sync_period_seconds: self.min_sync_period_seconds,
             restrict_secret_access: self.restrict_secret_access,
             operator_namespace: operator_namespace.map(str::to_owned),
         })

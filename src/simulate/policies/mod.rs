@@ -4,7 +4,7 @@
 
 mod hpa;
 mod ideal;
-mod llmscaler;
+pub(crate) mod llmscaler;
 mod reactive;
 
 pub use hpa::{HpaPolicy, KedaPolicy, MetricShape, shapes};

@@ -99,6 +99,10 @@ pub struct Outcome {
     pub peak_replicas: i32,
     /// `spec.replicas` and readiness at every sync.
     pub timeline: Vec<TimelinePoint>,
+    /// The labels of every series Prometheus held at the end (empty for a policy that reads
+    /// no metrics): what the scaler's selectors are checked against
+    /// ([`crate::simulate::series_check`]).
+    pub series: Vec<crate::promql::Labels>,
 }
 
 fn ms_to_s(ms: i64) -> f64 {
@@ -226,5 +230,6 @@ pub fn run_observed(
         scale_events,
         peak_replicas: peak,
         timeline,
+        series: store.label_sets(),
     }
 }

@@ -8,8 +8,8 @@ use llmscaler_loadmodel::replica::TTFT_BUCKETS_S;
 use super::Cluster;
 use crate::promql::{Labels, Store};
 
-/// The target labels Prometheus attaches to every series besides `pod` (e.g. `namespace`,
-/// `app`, `job`).
+/// The labels every series carries besides `pod`: the target labels Prometheus attaches
+/// (`namespace`, `app`, `job`) and vLLM's own (`engine`, `model_name`).
 pub type SeriesLabels = Vec<(String, String)>;
 
 fn series(base: &Labels, name: &str, extra: Option<(&str, String)>) -> Labels {
@@ -47,7 +47,10 @@ fn write_pod(store: &mut Store, base: &Labels, m: &ReplicaMetrics, t_ms: i64) {
         ),
     ];
     for (name, v) in gauges {
-        store.push(&series(base, name, None), t_ms, Some(v));
+        // vLLM counts successes per `finished_reason`; the model's requests stop at their length.
+        let extra = (name == "vllm:request_success_total")
+            .then(|| ("finished_reason", "length".to_owned()));
+        store.push(&series(base, name, extra), t_ms, Some(v));
     }
     let mut cumulative = 0u64;
     let bounds = TTFT_BUCKETS_S

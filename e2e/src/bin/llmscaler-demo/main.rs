@@ -293,6 +293,7 @@ fn offline_replay(
         tail_seconds: args.tail_seconds as f64 * args.speed,
         termination_grace_seconds: args.model.params().drain_s,
         comparators_scaler: None,
+        model_name: None,
     };
     let report =
         llmscaler::simulate::compare::run(&scaler, &served, &options, args.scale, args.seed)?;

@@ -610,6 +610,7 @@ fn predict(common: &Common) -> anyhow::Result<()> {
         tail_seconds: common.tail_seconds as f64 * common.speed,
         termination_grace_seconds: common.model.drain_s,
         comparators_scaler: Some(comparators),
+        model_name: None,
     };
     let started = Instant::now();
     let report = run(&scaler, &requests, &options, common.scale, common.seed)?;
