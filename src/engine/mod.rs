@@ -363,6 +363,10 @@ pub(crate) struct Extras<E> {
     /// ([`startup::holds_scale_up`]): the metrics may not raise `spec.replicas`, the capacity
     /// recommendation still may.
     pub hold_metric_scale_up: bool,
+    /// The metric readings of the previous sync by name ([`evidence::readings`] of its
+    /// [`Decision::metrics`]): a reading lower than its previous one holds
+    /// (docs/guards.md#evidence-bound). Empty at the first sync and after a restart.
+    pub previous: std::collections::BTreeMap<String, f64>,
 }
 
 impl<E> Default for Extras<E> {
@@ -371,6 +375,7 @@ impl<E> Default for Extras<E> {
             capacity: None,
             objective: None,
             hold_metric_scale_up: false,
+            previous: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -408,15 +413,15 @@ pub(crate) fn decide_with<E: Clone>(
         .as_ref()
         .and_then(|o| o.recommendation.as_ref().ok().copied());
     // The evidence bound (docs/guards.md#evidence-bound): a ratio read on the Ready replicas
-    // supports at most doubling them per sync, whatever the ratio, and with spec.capacity at
-    // most doubling what the demand needs.
+    // supports at most doubling them per sync, whatever the ratio, and a reading that fell since
+    // the previous sync supports no scale-up.
     let bounded_to = match signal {
         Signal::Metrics(_) => {
-            let bounded = evidence::apply(&mut metrics, baseline, spec, capacity_recommendation);
-            if bounded.is_some() {
+            let bounded = evidence::apply(&mut metrics, baseline, spec, &extras.previous);
+            if bounded != evidence::Bounded::default() {
                 recommendation = best_recommendation(&metrics);
             }
-            bounded
+            bounded.step
         }
         Signal::Decision(_) => None,
     };

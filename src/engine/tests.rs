@@ -715,6 +715,7 @@ fn a_raised_min_replicas_is_not_held_by_coming_capacity() {
         capacity: None,
         objective: None,
         hold_metric_scale_up: true,
+        previous: std::collections::BTreeMap::new(),
     };
     let mut history = History::default();
     // spec 1, 1 Ready, the metric reads 0: only the floor asks for 2.
@@ -752,6 +753,7 @@ fn a_held_back_recommendation_is_not_replayed_by_the_window() {
         capacity: None,
         objective: None,
         hold_metric_scale_up: true,
+        previous: std::collections::BTreeMap::new(),
     };
     let mut history = History::default();
     // 3 Ready of 4: the metric asks for 6 (ceil(3 × 2 / 1), within the bound 2 × 3); held at 4
