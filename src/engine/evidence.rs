@@ -95,7 +95,11 @@ pub fn apply<E>(
 pub fn readings<E>(outcomes: &[MetricOutcome<E>]) -> BTreeMap<String, f64> {
     outcomes
         .iter()
-        .filter_map(|o| o.value.filter(|v| v.is_finite()).map(|v| (o.name.clone(), v)))
+        .filter_map(|o| {
+            o.value
+                .filter(|v| v.is_finite())
+                .map(|v| (o.name.clone(), v))
+        })
         .collect()
 }
 
@@ -138,7 +142,13 @@ mod tests {
         let none = BTreeMap::new();
         let mut outcomes = [outcome("a", 1.0, 2), outcome("b", 20.0, 24)];
         let b = apply(&mut outcomes, 1, 1, &none);
-        assert_eq!(b, Bounded { step: Some(2), falling: false });
+        assert_eq!(
+            b,
+            Bounded {
+                step: Some(2),
+                falling: false
+            }
+        );
         assert_eq!(outcomes[0].recommendation, Ok(2));
         assert_eq!(outcomes[1].recommendation, Ok(2));
         assert_eq!(apply(&mut outcomes, 1, 1, &none), Bounded::default());
@@ -153,7 +163,13 @@ mod tests {
         let previous = BTreeMap::from([("waiting".to_owned(), 80.56), ("ttft".to_owned(), 0.37)]);
         let mut outcomes = [outcome("waiting", 79.67, 608), outcome("ttft", 0.33, 24)];
         let b = apply(&mut outcomes, 61, 61, &previous);
-        assert_eq!(b, Bounded { step: None, falling: true });
+        assert_eq!(
+            b,
+            Bounded {
+                step: None,
+                falling: true
+            }
+        );
         assert_eq!(outcomes[0].recommendation, Ok(61));
         assert_eq!(outcomes[1].recommendation, Ok(24));
         // The code trace at scale 4, warm: TTFT p90 0.66 s then 0.85 s on 42 Ready (target
@@ -167,7 +183,10 @@ mod tests {
         let previous = BTreeMap::from([("ttft".to_owned(), 20.0)]);
         let mut outcomes = [outcome("ttft", 17.0, 20)];
         let b = apply(&mut outcomes, 1, 1, &previous);
-        assert_eq!((b.falling, outcomes[0].recommendation.clone()), (true, Ok(1)));
+        assert_eq!(
+            (b.falling, outcomes[0].recommendation.clone()),
+            (true, Ok(1))
+        );
     }
 
     #[test]

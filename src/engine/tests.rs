@@ -728,12 +728,33 @@ fn a_falling_reading_holds_and_a_rising_one_steps_by_the_ready_replicas() {
         ..Extras::default()
     };
     let mut history = History::default();
-    let d = decide_with(&p, &settled(2), &ttft(20.0), &after(17.0), &mut history, 90_000);
+    let d = decide_with(
+        &p,
+        &settled(2),
+        &ttft(20.0),
+        &after(17.0),
+        &mut history,
+        90_000,
+    );
     assert_eq!((d.replicas, d.reason), (4, Reason::ScaleUpLimited));
-    let d = decide_with(&p, &settled(4), &ttft(12.0), &after(20.0), &mut history, 180_000);
+    let d = decide_with(
+        &p,
+        &settled(4),
+        &ttft(12.0),
+        &after(20.0),
+        &mut history,
+        180_000,
+    );
     assert_eq!(d.metrics[0].recommendation, Ok(4));
     assert_eq!((d.replicas, d.action), (4, Action::None));
-    let d = decide_with(&p, &settled(4), &ttft(13.0), &after(12.0), &mut history, 195_000);
+    let d = decide_with(
+        &p,
+        &settled(4),
+        &ttft(13.0),
+        &after(12.0),
+        &mut history,
+        195_000,
+    );
     assert_eq!(d.metrics[0].recommendation, Ok(8));
     assert_eq!((d.replicas, d.reason), (8, Reason::ScaleUpLimited));
 }
