@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 use llmscaler::scaler_file::{ScalerFileError, load_scaler};
 use llmscaler::{process, simulate};
+use llmscaler_loadmodel::profile::{Profile, ProfileError};
 use llmscaler_loadmodel::trace::FlashCrowd;
 
 /// Autoscaler for LLM inference servers on Kubernetes.
@@ -120,6 +121,11 @@ struct SimulateArgs {
     /// `model_name="…"` matcher, else `replayed-llm`.
     #[arg(long, conflicts_with = "metrics")]
     model_name: Option<String>,
+    /// `--requests`: the load model's per-replica parameters, a profile file (YAML or JSON,
+    /// camelCase keys, docs/load-model.md "Model profiles"); default: the 8B-on-one-H100
+    /// defaults. Every policy (and `ideal`) replays the same profile.
+    #[arg(long, conflicts_with = "metrics")]
+    model: Option<PathBuf>,
     /// `--requests`: write the report JSON here.
     #[arg(long, conflicts_with = "metrics")]
     report: Option<PathBuf>,
@@ -319,11 +325,21 @@ fn run_requests(
         tail_seconds: args.tail_seconds,
         termination_grace_seconds: args.termination_grace_seconds,
     };
-    let mut report =
-        match simulate::compare::run(scaler, &requests, &options, args.scale, args.seed) {
-            Ok(r) => r,
-            Err(err) => return fail(EXIT_INVALID, &err.to_string()),
-        };
+    let profile = match args.model.as_deref().map(Profile::from_file).transpose() {
+        Ok(p) => p,
+        Err(err @ ProfileError::Read { .. }) => return fail(1, &err.to_string()),
+        Err(err) => return fail(EXIT_INVALID, &err.to_string()),
+    };
+    let extras = simulate::compare::Extras {
+        profile,
+        ..simulate::compare::Extras::default()
+    };
+    let mut report = match simulate::compare::run_with(
+        scaler, &requests, &options, args.scale, args.seed, &extras,
+    ) {
+        Ok(r) => r,
+        Err(err) => return fail(EXIT_INVALID, &err.to_string()),
+    };
     report.flash_crowd = crowd.map(|c| simulate::compare::FlashCrowdReport {
         start_seconds: c.start_s,
         duration_seconds: c.duration_s,

@@ -61,6 +61,15 @@ pub struct RunArgs {
         default_value_t = controller::query_budget::DEFAULT_QUERIES_PER_SECOND
     )]
     pub namespace_query_budget: f64,
+    /// Seconds the admission webhook keeps accepting new connections after SIGTERM, with
+    /// `/readyz` already unready, before it drains: the time the pod's removal from the
+    /// Service's EndpointSlices takes to reach every kube-proxy. The Lease is released at the
+    /// signal, before this delay, so a follower leads at once
+    /// (`docs/writing-replicas.md#leader-election`). The chart sets it from
+    /// `shutdownDelaySeconds` instead of a preStop sleep, which would hold SIGTERM, and with it
+    /// the Lease, for the whole delay. 0: drain at once.
+    #[arg(long, env = "LLMSCALER_SHUTDOWN_DELAY_SECONDS", default_value_t = 0)]
+    pub shutdown_delay_seconds: u64,
     /// Identity in the Lease and in Events; default `$POD_NAME`, else hostname-pid.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -215,7 +224,12 @@ pub async fn run(args: RunArgs, shutdown: Shutdown) -> Result<(), RunError> {
     if let Some(poll) = poll {
         poll.abort();
     }
-    let _ = webhook_stop_tx.send(true);
+    // On SIGTERM the webhook ends by itself, after `--shutdown-delay-seconds` and its drain;
+    // otherwise (the controller side failed) it stops now. The sender lives to the end of the
+    // function: dropping it would read as a stop.
+    if !shutdown.is_requested() {
+        let _ = webhook_stop_tx.send(true);
+    }
     let webhook_result = match webhook {
         Some(task) => match task.await {
             Ok(result) => result.map_err(RunError::Webhook),
@@ -247,6 +261,7 @@ fn spawn_webhook(
     let (namespace, webhook_args) = (args.namespace.clone(), args.webhook.clone());
     let listen = args.webhook.webhook_listen;
     let requested = shutdown.clone();
+    let delay = Duration::from_secs(args.shutdown_delay_seconds);
     tokio::spawn(async move {
         let expiry = telemetry.clone();
         let serving = llmscaler_webhooks::managed::run_observed(
@@ -257,7 +272,19 @@ fn spawn_webhook(
             async move {
                 tokio::select! {
                     () = requested.wait() => {}
-                    _ = stop.wait_for(|stop| *stop) => {}
+                    _ = stop.wait_for(|stop| *stop) => return,
+                }
+                // Unready already; new connections still arrive until every kube-proxy has
+                // dropped this pod, and are served.
+                if !delay.is_zero() {
+                    tracing::info!(
+                        seconds = delay.as_secs(),
+                        "shutdown: the webhook serves on while the pod leaves the Service's endpoints"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = stop.wait_for(|stop| *stop) => {}
+                    }
                 }
             },
             move |unix_seconds| expiry.set_webhook_certificate_expiry(unix_seconds),

@@ -1,7 +1,7 @@
 //! The operator's own metrics (prometheus-client) and the `/metrics`, `/healthz`, `/readyz`
 //! HTTP endpoints.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -17,51 +17,52 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Labels of per-scaler series.
+/// Labels of per-scaler series. Label values are interned ([`Metrics`] keeps one copy of each
+/// string, shared by every series that carries it: issue 26, memory per scaler).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScalerLabels {
     /// The LLMScaler's namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The LLMScaler's name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 /// Labels of per-metric series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MetricLabels {
     /// The LLMScaler's namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The LLMScaler's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// `spec.metrics[].name` (or `metric<i>`, or `decision`).
-    pub metric: String,
+    pub metric: Arc<str>,
 }
 
 /// Labels of metric errors.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     /// The LLMScaler's namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The LLMScaler's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// The metric.
-    pub metric: String,
+    pub metric: Arc<str>,
     /// Short error kind (`no_data`, `multiple_series`, `not_measurable`, `timeout`, …).
-    pub kind: String,
+    pub kind: Arc<str>,
 }
 
 /// Labels of the per-condition series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabels {
     /// The LLMScaler's namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The LLMScaler's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// The condition type (`Ready`, `ScalingActive`, `AbleToScale`, `ScalingLimited`,
     /// `ReplicasContested`).
-    pub r#type: String,
+    pub r#type: Arc<str>,
     /// The condition's reason (docs/conditions.md).
-    pub reason: String,
+    pub reason: Arc<str>,
 }
 
 /// Labels of the build information.
@@ -75,11 +76,11 @@ pub struct BuildLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     /// The LLMScaler's namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The LLMScaler's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// `replicas`, `status`, `deletion_cost` or `rotation`.
-    pub kind: String,
+    pub kind: Arc<str>,
 }
 
 /// What kind of series a metric is (its exposition suffixes follow from it).
@@ -238,20 +239,82 @@ pub struct Metrics {
     /// Delay from a scaler's due sync time to its evaluation, seconds (one series for every
     /// scaler: bounded at any number of scalers; `docs/scaling.md#pacing`).
     pub evaluation_lag: Histogram,
-    /// The label sets created per scaler, so [`Metrics::forget`] can remove them.
-    created: Mutex<HashMap<(String, String), CreatedSeries>>,
+    /// The label sets created per scaler, so [`Metrics::forget`] can remove them, and the one
+    /// copy of every label value.
+    created: Mutex<Created>,
     ready: AtomicBool,
     healthy: AtomicBool,
 }
 
-/// The per-metric label sets created for one scaler.
+/// One copy of each label value (namespace, name, metric, condition type and reason, kind),
+/// shared by every series that carries it.
 #[derive(Default)]
+struct Interner(std::collections::HashSet<Arc<str>>);
+
+impl Interner {
+    /// The shared copy of `value`.
+    fn intern(&mut self, value: &str) -> Arc<str> {
+        if let Some(shared) = self.0.get(value) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(value);
+        self.0.insert(shared.clone());
+        shared
+    }
+
+    /// Drops the values no series carries any more.
+    fn sweep(&mut self) {
+        self.0.retain(|s| Arc::strong_count(s) > 1);
+    }
+}
+
+/// Every scaler's created series, and the label values they share.
+#[derive(Default)]
+struct Created {
+    strings: Interner,
+    /// Namespace → name → the scaler's series.
+    scalers: HashMap<Arc<str>, HashMap<Arc<str>, CreatedSeries>>,
+}
+
+/// The label sets created for one scaler (few per scaler: small vectors, not trees).
 struct CreatedSeries {
-    metrics: BTreeSet<String>,
-    errors: BTreeSet<(String, String)>,
-    writes: BTreeSet<String>,
+    namespace: Arc<str>,
+    name: Arc<str>,
+    metrics: Vec<Arc<str>>,
+    errors: Vec<(Arc<str>, Arc<str>)>,
+    writes: Vec<Arc<str>>,
     /// Condition type → the reason its series carries now.
-    conditions: std::collections::BTreeMap<String, String>,
+    conditions: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl CreatedSeries {
+    fn new(namespace: Arc<str>, name: Arc<str>) -> Self {
+        Self {
+            namespace,
+            name,
+            metrics: Vec::new(),
+            errors: Vec::new(),
+            writes: Vec::new(),
+            conditions: Vec::new(),
+        }
+    }
+
+    fn scaler_labels(&self) -> ScalerLabels {
+        ScalerLabels {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// The entry of `value` in `list`, added (interned) when absent.
+fn listed(list: &mut Vec<Arc<str>>, strings: &mut Interner, value: &str) -> Arc<str> {
+    if let Some(found) = list.iter().find(|v| &***v == value) {
+        return found.clone();
+    }
+    let shared = strings.intern(value);
+    list.push(shared.clone());
+    shared
 }
 
 impl Default for Metrics {
@@ -351,7 +414,7 @@ impl Metrics {
             webhook_certificate_expiry,
             reconcile_duration,
             evaluation_lag,
-            created: Mutex::new(HashMap::new()),
+            created: Mutex::new(Created::default()),
             ready: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
         }
@@ -372,71 +435,86 @@ impl Metrics {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    fn note(&self, namespace: &str, name: &str, f: impl FnOnce(&mut CreatedSeries)) {
+    /// Runs `f` on the created series of `namespace/name` (made empty first if new) with the
+    /// interner, under the lock.
+    fn note<R>(
+        &self,
+        namespace: &str,
+        name: &str,
+        f: impl FnOnce(&mut CreatedSeries, &mut Interner) -> R,
+    ) -> R {
         let mut created = self
             .created
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(created
-            .entry((namespace.to_owned(), name.to_owned()))
-            .or_default());
+        let Created { strings, scalers } = &mut *created;
+        let (ns, nm) = (strings.intern(namespace), strings.intern(name));
+        let series = scalers
+            .entry(ns.clone())
+            .or_default()
+            .entry(nm.clone())
+            .or_insert_with(|| CreatedSeries::new(ns, nm));
+        f(series, strings)
     }
 
     /// Counts one write of `kind` (`replicas`, `status`, `deletion_cost`, `rotation`).
     pub(crate) fn count_write(&self, namespace: &str, name: &str, kind: &str) {
-        self.note(namespace, name, |c| {
-            c.writes.insert(kind.to_owned());
+        self.note(namespace, name, |c, strings| {
+            let kind = listed(&mut c.writes, strings, kind);
+            self.writes
+                .get_or_create(&WriteLabels {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    kind,
+                })
+                .inc();
         });
-        self.writes
-            .get_or_create(&WriteLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                kind: kind.to_owned(),
-            })
-            .inc();
+    }
+
+    /// The labels of `metric` of a scaler, noted for [`Metrics::forget`].
+    fn metric_labels(&self, namespace: &str, name: &str, metric: &str) -> MetricLabels {
+        self.note(namespace, name, |c, strings| MetricLabels {
+            metric: listed(&mut c.metrics, strings, metric),
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+        })
     }
 
     /// Sets the last value read of `metric`.
     pub(crate) fn set_metric_value(&self, namespace: &str, name: &str, metric: &str, value: f64) {
-        self.note(namespace, name, |c| {
-            c.metrics.insert(metric.to_owned());
-        });
         self.metric_value
-            .get_or_create(&MetricLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                metric: metric.to_owned(),
-            })
+            .get_or_create(&self.metric_labels(namespace, name, metric))
             .set(value);
     }
 
     /// Sets the target per replica of `metric`.
     pub(crate) fn set_metric_target(&self, namespace: &str, name: &str, metric: &str, target: f64) {
-        self.note(namespace, name, |c| {
-            c.metrics.insert(metric.to_owned());
-        });
         self.metric_target
-            .get_or_create(&MetricLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                metric: metric.to_owned(),
-            })
+            .get_or_create(&self.metric_labels(namespace, name, metric))
             .set(target);
     }
 
     /// Counts one failed read of `metric`, by error `kind`.
     pub(crate) fn count_metric_error(&self, namespace: &str, name: &str, metric: &str, kind: &str) {
-        self.note(namespace, name, |c| {
-            c.errors.insert((metric.to_owned(), kind.to_owned()));
+        let labels = self.note(namespace, name, |c, strings| {
+            let found = c
+                .errors
+                .iter()
+                .find(|(m, k)| &**m == metric && &**k == kind)
+                .cloned();
+            let (metric, kind) = found.unwrap_or_else(|| {
+                let pair = (strings.intern(metric), strings.intern(kind));
+                c.errors.push(pair.clone());
+                pair
+            });
+            ErrorLabels {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                metric,
+                kind,
+            }
         });
-        self.metric_errors
-            .get_or_create(&ErrorLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                metric: metric.to_owned(),
-                kind: kind.to_owned(),
-            })
-            .inc();
+        self.metric_errors.get_or_create(&labels).inc();
     }
 
     /// Sets the replica gauges of a scaler: ready, desired and (unless holding) recommended.
@@ -448,11 +526,7 @@ impl Metrics {
         desired: i32,
         recommended: Option<i32>,
     ) {
-        let labels = ScalerLabels {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        };
-        self.note(namespace, name, |_| {});
+        let labels = self.note(namespace, name, |c, _| c.scaler_labels());
         self.current_replicas
             .get_or_create(&labels)
             .set(i64::from(current));
@@ -475,30 +549,43 @@ impl Metrics {
         name: &str,
         conditions: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
     ) {
-        let labels = |type_: &str, reason: &str| ConditionLabels {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            r#type: type_.to_owned(),
-            reason: reason.to_owned(),
-        };
         let mut held = false;
-        for (type_, status, reason) in conditions {
-            held |= type_ == "ScalingActive" && status == "False" && reason == "MetricsUnavailable";
-            let mut previous = None;
-            self.note(namespace, name, |c| {
-                previous = c.conditions.insert(type_.to_owned(), reason.to_owned());
-            });
-            if let Some(old) = previous.filter(|old| old != reason) {
-                self.condition.remove(&labels(type_, &old));
+        let scaler = self.note(namespace, name, |c, strings| {
+            for (type_, status, reason) in conditions {
+                held |=
+                    type_ == "ScalingActive" && status == "False" && reason == "MetricsUnavailable";
+                let labels = |type_: &Arc<str>, reason: &Arc<str>| ConditionLabels {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    r#type: type_.clone(),
+                    reason: reason.clone(),
+                };
+                let current = match c.conditions.iter().position(|(t, _)| &**t == type_) {
+                    Some(at) => {
+                        let (known, old) = &c.conditions[at];
+                        if &**old == reason {
+                            labels(known, old)
+                        } else {
+                            self.condition.remove(&labels(known, old));
+                            let now = (known.clone(), strings.intern(reason));
+                            let current = labels(&now.0, &now.1);
+                            c.conditions[at] = now;
+                            current
+                        }
+                    }
+                    None => {
+                        let now = (strings.intern(type_), strings.intern(reason));
+                        let current = labels(&now.0, &now.1);
+                        c.conditions.push(now);
+                        current
+                    }
+                };
+                self.condition
+                    .get_or_create(&current)
+                    .set(i64::from(status == "True"));
             }
-            self.condition
-                .get_or_create(&labels(type_, reason))
-                .set(i64::from(status == "True"));
-        }
-        let scaler = ScalerLabels {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        };
+            c.scaler_labels()
+        });
         let gauge = self.held_syncs.get_or_create(&scaler);
         if held {
             gauge.inc();
@@ -520,66 +607,83 @@ impl Metrics {
     /// Removes the series of every scaler (leadership lost: another process syncs them now, and
     /// stale values from here would double or contradict its). Returns how many were removed.
     pub fn forget_all(&self) -> usize {
-        let scalers: Vec<(String, String)> = self
+        let mut created = self
             .created
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .keys()
-            .cloned()
-            .collect();
-        scalers
-            .iter()
-            .map(|(namespace, name)| self.forget(namespace, name))
-            .sum()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let removed = std::mem::take(&mut created.scalers)
+            .into_values()
+            .flat_map(HashMap::into_values)
+            .map(|series| self.remove_series(series))
+            .sum();
+        created.strings.sweep();
+        removed
     }
 
     /// Removes every series of a deleted scaler. Returns how many were removed.
     pub fn forget(&self, namespace: &str, name: &str) -> usize {
-        let Some(created) = self
+        let mut created = self
             .created
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&(namespace.to_owned(), name.to_owned()))
-        else {
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(names) = created.scalers.get_mut(namespace) else {
             return 0;
         };
-        let scaler = ScalerLabels {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+        let Some(series) = names.remove(name) else {
+            return 0;
         };
+        if names.is_empty() {
+            created.scalers.remove(namespace);
+        }
+        let removed = self.remove_series(series);
+        created.strings.sweep();
+        removed
+    }
+
+    /// Removes the series `created` lists.
+    fn remove_series(&self, created: CreatedSeries) -> usize {
+        let scaler = created.scaler_labels();
         let mut removed = usize::from(self.current_replicas.remove(&scaler))
             + usize::from(self.desired_replicas.remove(&scaler))
             + usize::from(self.recommended_replicas.remove(&scaler))
             + usize::from(self.held_syncs.remove(&scaler));
-        for (type_, reason) in created.conditions {
+        let CreatedSeries {
+            namespace,
+            name,
+            metrics,
+            errors,
+            writes,
+            conditions,
+        } = created;
+        for (type_, reason) in conditions {
             removed += usize::from(self.condition.remove(&ConditionLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
+                namespace: namespace.clone(),
+                name: name.clone(),
                 r#type: type_,
                 reason,
             }));
         }
-        for metric in created.metrics {
+        for metric in metrics {
             let labels = MetricLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
+                namespace: namespace.clone(),
+                name: name.clone(),
                 metric,
             };
             removed += usize::from(self.metric_value.remove(&labels))
                 + usize::from(self.metric_target.remove(&labels));
         }
-        for (metric, kind) in created.errors {
+        for (metric, kind) in errors {
             removed += usize::from(self.metric_errors.remove(&ErrorLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
+                namespace: namespace.clone(),
+                name: name.clone(),
                 metric,
                 kind,
             }));
         }
-        for kind in created.writes {
+        for kind in writes {
             removed += usize::from(self.writes.remove(&WriteLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
+                namespace: namespace.clone(),
+                name: name.clone(),
                 kind,
             }));
         }
@@ -659,6 +763,45 @@ mod tests {
         assert!(!text.contains("name=\"a\""), "{text}");
         assert!(text.contains("name=\"b\""));
         assert_eq!(metrics.forget("ns", "a"), 0);
+    }
+
+    #[test]
+    fn label_values_are_shared_and_dropped_with_their_series() {
+        let metrics = Metrics::new();
+        for name in ["a", "b"] {
+            metrics.set_replicas("ns", name, 1, 1, Some(1));
+            metrics.set_metric_value("ns", name, "queue", 0.5);
+            metrics.set_conditions("ns", name, [("Ready", "True", "AsExpected")]);
+        }
+        let interned = |m: &Metrics| {
+            m.created
+                .lock()
+                .map(|c| {
+                    let mut v: Vec<String> = c.strings.0.iter().map(|s| s.to_string()).collect();
+                    v.sort();
+                    v
+                })
+                .unwrap_or_default()
+        };
+        // One copy each of ns, a, b, queue, Ready, AsExpected.
+        assert_eq!(
+            interned(&metrics),
+            ["AsExpected", "Ready", "a", "b", "ns", "queue"]
+        );
+        let text = metrics.encode().expect("encodes");
+        assert!(
+            text.contains(
+                "llmscaler_metric_value{namespace=\"ns\",name=\"b\",metric=\"queue\"} 0.5"
+            ),
+            "{text}"
+        );
+        assert_eq!(metrics.forget("ns", "a"), 6);
+        assert_eq!(
+            interned(&metrics),
+            ["AsExpected", "Ready", "b", "ns", "queue"]
+        );
+        metrics.forget_all();
+        assert!(interned(&metrics).is_empty());
     }
 
     #[test]

@@ -387,3 +387,51 @@ fn a_flash_crowd_needs_a_request_trace() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--flash-crowd"), "{stderr}");
 }
+
+/// `--model FILE` (docs/load-model.md#model-profiles): every policy replays the profile, the
+/// report names it, and a slower model needs more replica-seconds from `ideal` on the same
+/// requests; a bad key exits 2 naming it, a missing file exits 1.
+#[test]
+fn a_model_profile_is_replayed_by_every_policy_and_reported() {
+    let args = ["--scale", "0.3", "--seed", "7", "--compare", "ideal"];
+    let (code, _, stderr, default) = run(SCALER, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let default = default.expect("report written");
+    assert_eq!(default["model"]["maxNumSeqs"], 64, "{}", default["model"]);
+
+    let slow = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/quality/models/slow-large.yaml");
+    let slow = slow.to_str().expect("a UTF-8 path");
+    let (code, _, stderr, slower) = run(SCALER, &[&args[..], &["--model", slow]].concat());
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let slower = slower.expect("report written");
+    assert_eq!(slower["model"]["maxNumSeqs"], 32, "{}", slower["model"]);
+    assert_eq!(slower["model"]["prefillTokensPerSecond"], 3000.0);
+    let ideal = |r: &serde_json::Value| {
+        r["policies"]["ideal"]["replica_seconds"]
+            .as_f64()
+            .expect("number")
+    };
+    assert!(
+        ideal(&slower) > 1.5 * ideal(&default),
+        "a model at a quarter of the prefill rate and half the batch needs more replicas: {} vs {}",
+        ideal(&slower),
+        ideal(&default)
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(&typo, "maxNumSeq: 8\n").expect("write profile");
+    let (code, _, stderr, _) = run(
+        SCALER,
+        &[&args[..], &["--model", typo.to_str().expect("UTF-8")]].concat(),
+    );
+    assert_eq!(code, 2, "stderr: {stderr}");
+    assert!(stderr.contains("maxNumSeq"), "the key is named: {stderr}");
+    let missing = dir.path().join("none.yaml");
+    let (code, _, stderr, _) = run(
+        SCALER,
+        &[&args[..], &["--model", missing.to_str().expect("UTF-8")]].concat(),
+    );
+    assert_eq!(code, 1, "stderr: {stderr}");
+    assert!(stderr.contains("none.yaml"), "the file is named: {stderr}");
+}

@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// `model` of the answers and the `model_name` label.
     #[arg(long, default_value = "emulated")]
     pub model: String,
+    /// Seconds before the server listens, as vLLM loads its model before its API server
+    /// accepts connections (minutes for the tiny model on CPU, `docs/benchmarks/real-vllm.md`);
+    /// `/health` is unreachable meanwhile, so the pod is not Ready. SIGTERM ends the wait.
+    #[arg(long, default_value_t = 0.0)]
+    pub load_seconds: f64,
 }
 
 /// Settings of `vllm-emulator drain`.
@@ -224,6 +229,13 @@ pub async fn serve(args: ServeArgs, shutdown: llmscaler::process::Shutdown) -> a
         .route("/metrics", get(metrics))
         .route("/health", get(|| async { "ok" }))
         .with_state(server.clone());
+    if args.load_seconds > 0.0 {
+        eprintln!("vllm-emulator serve: loading for {}s", args.load_seconds);
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs_f64(args.load_seconds)) => {}
+            () = shutdown.requested() => return Ok(()),
+        }
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;

@@ -20,9 +20,14 @@ pub const REAL_NODE: &str = "llmscaler-real-node";
 /// The label (value `"true"`) and taint key of the real node.
 pub const NODE_LABEL: &str = "llmscaler.dev/real-node";
 
-/// Values placing pods on the real node (it is tainted so that nothing else lands there).
+/// Values placing pods on the real node (it is tainted so that nothing else lands there), for
+/// the operator's chart and the emulator's; for the operator also the e2e harness's operator-wide
+/// settings: scalers may sync every second and no namespace query budget applies (the
+/// production defaults, 5 s and 20 queries/s, are tested in `tests/query_budget.rs`; the
+/// emulator chart ignores both keys).
 pub const NODE_VALUES: &str = "nodeSelector:\n  llmscaler.dev/real-node: \"true\"\n\
-                           tolerations:\n  - key: llmscaler.dev/real-node\n    operator: Exists\n    effect: NoSchedule\n";
+                           tolerations:\n  - key: llmscaler.dev/real-node\n    operator: Exists\n    effect: NoSchedule\n\
+                           minSyncPeriodSeconds: 1\nnamespaceQueryBudget: 0\n";
 
 /// Prints a `measured:` line (the figures the scripts copy into docs/benchmarks/).
 pub fn measured(what: &str, value: impl std::fmt::Display) {
@@ -183,6 +188,59 @@ pub async fn wait_admission_working(namespace: &str) -> anyhow::Result<String> {
                     Err(e) => Check::NotYet(e),
                 })
             }
+        },
+    )
+    .await
+}
+
+/// The DNAT destinations (`IP:port`) kube-proxy (iptables mode, on this host's network
+/// namespace, where the real node runs) has programmed for the Service port
+/// `namespace/service:port_name`: what a connection to its ClusterIP reaches now. Before
+/// kube-proxy has programmed a new Service, its ClusterIP leaves through the default route.
+///
+/// # Errors
+/// When `iptables-save` cannot run.
+pub fn kube_proxy_destinations(
+    namespace: &str,
+    service: &str,
+    port_name: &str,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let rules = run_command("iptables-save", &["-t", "nat"], None)?;
+    let comment = format!("{namespace}/{service}:{port_name}");
+    Ok(rules
+        .lines()
+        .filter(|l| l.starts_with("-A KUBE-SEP-") && l.contains(" -j DNAT "))
+        .filter(|l| {
+            l.contains(&format!("--comment \"{comment}\" "))
+                || l.contains(&format!("--comment {comment} "))
+        })
+        .filter_map(|l| l.split("--to-destination ").nth(1))
+        .filter_map(|d| d.split_whitespace().next())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Waits until kube-proxy sends `namespace/service:port_name` to exactly `want` (`IP:port`
+/// each), e.g. a new route's endpoints before a request is sent through the ClusterIP.
+///
+/// # Errors
+/// A timeout after 60 s naming what kube-proxy programmed, or `iptables-save` failing.
+pub async fn wait_kube_proxy(
+    namespace: &str,
+    service: &str,
+    port_name: &str,
+    want: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<()> {
+    wait_for(
+        &format!("kube-proxy to send {namespace}/{service}:{port_name} to {want:?}"),
+        Duration::from_secs(60),
+        || async move {
+            let now = kube_proxy_destinations(namespace, service, port_name)?;
+            Ok(if &now == want {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{now:?}"))
+            })
         },
     )
     .await

@@ -362,3 +362,30 @@ pub fn timestamp(value: &Value) -> anyhow::Result<SystemTime> {
         .with_context(|| format!("timestamp {value} before 1970"))?;
     Ok(UNIX_EPOCH + Duration::from_millis(millis))
 }
+
+/// Watches Deployment `namespace/name` from now and resolves with the instant its
+/// `spec.replicas` first reads `want` (a wake-up's write, timed without polling).
+///
+/// # Errors
+/// From the task: the watch ended before that.
+pub fn when_spec_replicas(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    want: i32,
+) -> tokio::task::JoinHandle<anyhow::Result<std::time::Instant>> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let (field, name) = (format!("metadata.name={name}"), name.to_owned());
+    tokio::spawn(async move {
+        let stream = watcher::watcher(api, watcher::Config::default().fields(&field))
+            .default_backoff()
+            .applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(Ok(d)) = stream.next().await {
+            if d.spec.as_ref().and_then(|s| s.replicas) == Some(want) {
+                return Ok(std::time::Instant::now());
+            }
+        }
+        Err(anyhow!("the Deployment watch of {name} ended"))
+    })
+}

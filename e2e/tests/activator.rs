@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -30,6 +29,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use llmscaler_e2e::fixture::{SETUP_MANAGER, World};
 use llmscaler_e2e::operator::binary;
 use llmscaler_e2e::stream::Outcome;
+use llmscaler_e2e::watch::when_spec_replicas;
 use llmscaler_e2e::{Check, wait_for};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -222,27 +222,6 @@ async fn burst(world: &World, n: usize) -> Outcome {
     }
     Arc::try_unwrap(outcome).unwrap().into_inner()
 }
-
-/// Watches the Deployment and returns when `spec.replicas` first reads `want`, with the instant.
-fn when_replicas(world: &World, want: i32) -> tokio::task::JoinHandle<Instant> {
-    let api: Api<Deployment> = Api::namespaced(world.client.clone(), world.namespace());
-    tokio::spawn(async move {
-        let stream = watcher(
-            api,
-            watcher::Config::default().fields(&format!("metadata.name={APP}")),
-        )
-        .default_backoff()
-        .applied_objects();
-        futures::pin_mut!(stream);
-        while let Some(Ok(d)) = stream.next().await {
-            if d.spec.as_ref().and_then(|s| s.replicas) == Some(want) {
-                return Instant::now();
-            }
-        }
-        panic!("the Deployment watch ended");
-    })
-}
-
 async fn route_exists(world: &World) -> bool {
     let slices: Api<EndpointSlice> = Api::namespaced(world.client.clone(), world.namespace());
     slices
@@ -288,6 +267,7 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
         max_running: 64,
         shutdown_timeout_seconds: 1.0,
         model: "emulated".into(),
+        load_seconds: 0.0,
     };
     tokio::spawn(llmscaler_e2e::pod::serve(serve, emulator_shutdown));
 
@@ -373,13 +353,13 @@ async fn three_bursts_from_zero_lose_no_request_and_wake_within_a_second() {
             !at_zero.is_empty() && at_zero.iter().all(|(_, ours)| *ours),
             "burst {round}: at zero only the activator serves: {at_zero:?}"
         );
-        let woken = when_replicas(&world, 1);
+        let woken = when_spec_replicas(&world.client, world.namespace(), APP, 1);
         let sent = Instant::now();
         let outcome = burst(&world, n);
         tokio::pin!(outcome);
         // Only the held requests wake the fleet: the queue metric reads 0 until then.
         let wake = tokio::select! {
-            at = woken => (at.unwrap() - sent).as_secs_f64(),
+            at = woken => (at.unwrap().unwrap() - sent).as_secs_f64(),
             done = &mut outcome => panic!("burst {round} ended before the wake-up: {done:?}"),
         };
         wakes.push(wake);

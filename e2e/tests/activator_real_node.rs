@@ -4,7 +4,8 @@
 //! routing its ClusterIP, and clients that only know the ClusterIP.
 //!
 //! Three bursts of streaming completions, each after an idle period that took the fleet to zero
-//! (no pod left): every request is answered to the end, `spec.replicas: 1` is written within 1 s
+//! (no pod left), each pod loading for 20 s before it listens (as vLLM loads a model): every
+//! request is held through the load and answered to the end, `spec.replicas: 1` is written within 1 s
 //! of the first request of each burst (the activator tells the operator; no scrape in the path),
 //! the bound holds (the first burst sends more than `maxHeldRequests`: the excess gets `503` with
 //! `Retry-After`, nothing else fails), the route (the activator's EndpointSlice of the Service) is
@@ -16,18 +17,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use llmscaler_e2e::exporter::Exporter;
 use llmscaler_e2e::fixture::{deployment_ref, install_crd, queue_scaler_spec, scaler_resource};
@@ -35,8 +34,10 @@ use llmscaler_e2e::operator::chart_dir;
 use llmscaler_e2e::prometheus::Prometheus;
 use llmscaler_e2e::realnode::{
     NODE_VALUES, Release, bridge_address, helm, measured, ready_pods, wait_admission_working,
+    wait_kube_proxy,
 };
 use llmscaler_e2e::stream::Outcome;
+use llmscaler_e2e::watch::when_spec_replicas;
 use llmscaler_e2e::{Check, TestNamespace, client, unique_name, wait_for};
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -46,6 +47,9 @@ const MAX_HELD: usize = 20;
 /// Tokens per answer, streamed at [`TOKENS_PER_SECOND`]: 1 s of events per request.
 const TOKENS: u64 = 20;
 const TOKENS_PER_SECOND: u64 = 20;
+/// Seconds a starting emulator pod loads before it listens (a model load, shortened): every
+/// held request waits at least this long for its first token.
+const LOAD_SECONDS: f64 = 20.0;
 /// Port of the emulator's Service (the chart's `port`, named `http`).
 const PORT: u16 = 8000;
 
@@ -84,28 +88,42 @@ async fn burst(url: &str, n: usize) -> Outcome {
     }
     Arc::try_unwrap(outcome).unwrap().into_inner()
 }
+/// The `IP:port` endpoints of the activator's route slice of `service` (empty when absent).
+async fn route_endpoints(
+    slices: &Api<EndpointSlice>,
+    service: &str,
+) -> anyhow::Result<BTreeSet<String>> {
+    let Some(slice) = slices
+        .get_opt(&format!("{service}-llmscaler-activator"))
+        .await?
+    else {
+        return Ok(BTreeSet::new());
+    };
+    let ports: Vec<i32> = slice
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| p.port)
+        .collect();
+    Ok(slice
+        .endpoints
+        .iter()
+        .flat_map(|e| e.addresses.iter())
+        .flat_map(|a| ports.iter().map(move |p| format!("{a}:{p}")))
+        .collect())
+}
 
-/// Watches Deployment `name` and returns the instant `spec.replicas` first reads `want`.
-fn when_replicas(
-    client: &Client,
+/// Waits until the route of `service` is in kube-proxy's rules: a request to the ClusterIP
+/// sent earlier would leave through the host's default route instead of reaching the
+/// activator.
+async fn wait_routed(
+    slices: &Api<EndpointSlice>,
     namespace: &str,
-    name: &str,
-    want: i32,
-) -> tokio::task::JoinHandle<Instant> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let field = format!("metadata.name={name}");
-    tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default().fields(&field))
-            .default_backoff()
-            .applied_objects();
-        futures::pin_mut!(stream);
-        while let Some(Ok(d)) = stream.next().await {
-            if d.spec.as_ref().and_then(|s| s.replicas) == Some(want) {
-                return Instant::now();
-            }
-        }
-        panic!("the Deployment watch ended");
-    })
+    service: &str,
+) -> anyhow::Result<()> {
+    let route = route_endpoints(slices, service).await?;
+    ensure!(!route.is_empty(), "no activator route for {service}");
+    wait_kube_proxy(namespace, service, "http", &route).await
 }
 
 /// Waits until the activator's route slice of `service` exists (`want`) or not, and when it
@@ -247,6 +265,8 @@ async fn three_bursts_from_zero_through_a_real_service_lose_no_request() -> anyh
             "replicaCount=0",
             "--set",
             &format!("tokensPerSecond={TOKENS_PER_SECOND}"),
+            "--set",
+            &format!("loadSeconds={LOAD_SECONDS}"),
         ],
     )?;
     let workload_selector = format!("app.kubernetes.io/instance={workload}");
@@ -285,12 +305,13 @@ async fn three_bursts_from_zero_through_a_real_service_lose_no_request() -> anyh
     let mut wakes = Vec::new();
     for (round, n) in [(1, MAX_HELD + 5), (2, MAX_HELD), (3, MAX_HELD)] {
         wait_no_pod(&pods, &workload_selector).await?;
-        let woken = when_replicas(&client, &namespace, workload, 1);
+        wait_routed(&slices, &namespace, workload).await?;
+        let woken = when_spec_replicas(&client, &namespace, workload, 1);
         let sent = Instant::now();
         let outcome = burst(&url, n);
         tokio::pin!(outcome);
         let wake = tokio::select! {
-            at = woken => (at? - sent).as_secs_f64(),
+            at = woken => (at?? - sent).as_secs_f64(),
             done = &mut outcome => anyhow::bail!("burst {round} ended before the wake-up: {done:?}"),
         };
         wakes.push(wake);
@@ -336,6 +357,11 @@ async fn three_bursts_from_zero_through_a_real_service_lose_no_request() -> anyh
             "burst {round}: {} refused, want {}",
             outcome.refused,
             n - held
+        );
+        // Held through the load: the first token comes after the start-up, not before.
+        ensure!(
+            ttft_min >= LOAD_SECONDS,
+            "burst {round}: a first token after {ttft_min:.2} s, before the {LOAD_SECONDS} s load"
         );
         ensure!(
             wake <= 1.0,

@@ -464,7 +464,7 @@ fn vllm_emulator_chart_refuses_a_drain_budget_over_the_grace_period() -> anyhow:
 }
 
 /// Issue 29 (docs/security.md#keep-alive-and-shutdown): the operator pod's grace period covers
-/// the preStop delay and the webhook's drain, which the operator is told; a budget over the
+/// the shutdown delay and the webhook's drain, which the operator is told; a budget over the
 /// grace period does not render.
 #[test]
 #[ignore = "needs helm from e2e/install-deps"]
@@ -479,6 +479,21 @@ fn operator_chart_refuses_a_webhook_drain_over_the_grace_period() -> anyhow::Res
         .filter_map(|a| a.as_str())
         .collect();
     assert!(args.contains(&"--webhook-drain-seconds=100"), "{args:?}");
+    // Issue 26 item 2: the delay is the process's own (SIGTERM, and the Lease's release, come
+    // at the delete), not a preStop sleep that would hold them.
+    let container = &pod["containers"][0];
+    assert!(
+        container["lifecycle"]["preStop"].is_null(),
+        "{:?}",
+        container["lifecycle"]
+    );
+    let delay = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "LLMSCALER_SHUTDOWN_DELAY_SECONDS")
+        .map(|e| e["value"].clone());
+    assert_eq!(delay, Some(Value::from("5")));
     // 5 + 100 + 10 = 115 fits 115; 116 does not.
     deployment_with("terminationGracePeriodSeconds: 115")?;
     let refused = deployment_with("terminationGracePeriodSeconds: 114")
@@ -492,7 +507,14 @@ fn operator_chart_refuses_a_webhook_drain_over_the_grace_period() -> anyhow::Res
     Ok(())
 }
 
-/// The operator Deployment of a render with `values` (a YAML values file).
+/// Whether a rendered object is one of the activator's (`<fullname>-activator`).
+fn is_activator(object: &Value) -> bool {
+    object["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-activator"))
+}
+
+/// The operator Deployment (not the activator's) of a render with `values` (a YAML values file).
 fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("values.yaml");
@@ -500,7 +522,7 @@ fn deployment_with(values: &str) -> anyhow::Result<(Vec<Value>, Value)> {
     let docs = documents(&render(&["-f", file.to_str().expect("utf-8 path")])?);
     let deployment = docs
         .iter()
-        .find(|d| d["kind"] == "Deployment")
+        .find(|d| d["kind"] == "Deployment" && !is_activator(d))
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no Deployment"))?;
     Ok((docs, deployment))
@@ -523,6 +545,7 @@ extraVolumes: [{name: prom-ca, configMap: {name: prometheus-ca}}]
 extraVolumeMounts: [{name: prom-ca, mountPath: /etc/prom-ca, readOnly: true}]
 leaseName: custom-lease
 logFormat: json
+activator: {enabled: true}
 ",
     )?;
     let pod = &deployment["spec"]["template"];
@@ -564,6 +587,21 @@ logFormat: json
         .find(|d| d["kind"] == "Lease")
         .expect("the chart creates the Lease");
     assert_eq!(lease["metadata"]["name"], "custom-lease");
+    // The placement values place the activator's pod too (on the real node it ran on a node the
+    // values excluded, and no request reached it).
+    let activator = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && is_activator(d))
+        .expect("the activator's Deployment");
+    let spec = &activator["spec"]["template"]["spec"];
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert_eq!(spec["nodeSelector"]["pool"], "system");
+    assert_eq!(spec["tolerations"][0]["key"], "dedicated");
+    assert!(
+        spec["affinity"]["nodeAffinity"].is_mapping(),
+        "{}",
+        serde_yaml::to_string(spec)?
+    );
     Ok(())
 }
 

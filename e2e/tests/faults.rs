@@ -780,7 +780,9 @@ async fn clock_skew_of_30s_between_replicas_removes_nothing_early() -> anyhow::R
 mod real_node {
     use anyhow::Context;
 
-    pub use llmscaler_e2e::realnode::{NODE_VALUES, container_process};
+    pub use llmscaler_e2e::realnode::{
+        NODE_VALUES, Release, container_process, wait_admission_working,
+    };
 
     /// Every packet from the network namespace of process `pid` to the API server's Service
     /// address (`kubernetes.default`, 10.0.0.1:443) dropped while the guard lives.
@@ -863,18 +865,13 @@ async fn network_cut_30s_between_the_leader_pod_and_the_api_server() -> anyhow::
     let dir = tempfile::tempdir()?;
     let values = dir.path().join("node.yaml");
     std::fs::write(&values, real_node::NODE_VALUES)?;
-    run_command(
-        &helm_path(),
-        &[
-            "install",
-            &release,
-            chart_dir().to_str().context("chart path")?,
-            "--namespace",
-            &namespace,
-            "-f",
-            values.to_str().context("values path")?,
-        ],
-        None,
+    // Uninstalled on drop: a failed run must not leave cluster-wide webhook configurations
+    // calling a deleted namespace behind.
+    let installed = real_node::Release::install(
+        &release,
+        chart_dir().to_str().context("chart path")?,
+        &namespace,
+        &["-f", values.to_str().context("values path")?],
     )?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let selector = format!("app.kubernetes.io/instance={release}");
@@ -897,6 +894,8 @@ async fn network_cut_30s_between_the_leader_pod_and_the_api_server() -> anyhow::
         })
     })
     .await?;
+    // Ready pods are not yet a routed Service: kube-proxy may still refuse its ClusterIP.
+    real_node::wait_admission_working(&namespace).await?;
 
     let exporter = Exporter::start().await?;
     let prometheus = Prometheus::start_on(gateway, exporter.addr).await?;
@@ -922,7 +921,7 @@ async fn network_cut_30s_between_the_leader_pod_and_the_api_server() -> anyhow::
             &PatchParams::apply("e2e-user").force(),
             &Patch::Apply(json!({"apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
                 "kind": "LLMScaler", "metadata": {"name": "chat", "namespace": namespace},
-                "spec": queue_scaler_spec(&prometheus.url(), deployment_ref("vllm"), "netcut", (1, 10), json!({}))})),
+                "spec": queue_scaler_spec(&prometheus.url(), deployment_ref("vllm"), "netcut", (FLEET, RAISED), json!({}))})),
         )
         .await?;
     let lease = Recorder::start(
@@ -965,9 +964,11 @@ async fn network_cut_30s_between_the_leader_pod_and_the_api_server() -> anyhow::
     tokio::time::sleep(left).await;
     drop(cut);
     let restored = SystemTime::now();
-    // The old leader comes back as a follower: the load drops to 0.5 and one leader writes 8
-    // -> 4 (a second writer would show as another value or a contest).
-    exporter.set_gauge("llm_queue", &[("scaler=\"netcut\"", 0.5)]);
+    // The old leader comes back as a follower: the load halves (8 ready x 0.25 / 0.5 = 4) and
+    // one leader writes 8 -> 4 (a second writer would show as another value or a contest).
+    // The bounds [FLEET, RAISED] keep the synthetic queue, which does not shrink as replicas
+    // are added, from compounding past 8 or below 4.
+    exporter.set_gauge("llm_queue", &[("scaler=\"netcut\"", 0.25)]);
     deployment.wait_spec_replicas(FLEET, 2 * MINUTE).await?;
     let walk = deployment.replica_walk()?;
     ensure!(walk == vec![FLEET, RAISED, FLEET], "walk {walk:?}");
@@ -987,10 +988,6 @@ async fn network_cut_30s_between_the_leader_pod_and_the_api_server() -> anyhow::
         "network back to the scale-down write",
         since(SystemTime::now(), restored),
     );
-    run_command(
-        &helm_path(),
-        &["uninstall", &release, "--namespace", &namespace],
-        None,
-    )?;
+    installed.uninstall()?;
     ns.delete().await
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
 use llmscaler_api::{LLMScaler, TargetRef};
+
+use super::by_target::ByTarget;
 
 /// The competitor of `target` in `namespace` among `hpas`, named for a condition message:
 /// `KEDA ScaledObject NAME (HorizontalPodAutoscaler HPA)` when a ScaledObject owns the HPA, else
@@ -54,30 +55,26 @@ fn scales(hpa: &HorizontalPodAutoscaler, namespace: &str, target: &TargetRef) ->
 }
 
 /// The competitor of `scaler` from the shared caches (empty until their watches have listed):
-/// an HPA on its target, or an older LLMScaler on the same target.
-pub fn from_stores(
-    hpas: &Store<HorizontalPodAutoscaler>,
-    scalers: &Store<LLMScaler>,
+/// an HPA on its target, or an older LLMScaler on the same target. Only the objects filed
+/// under the scaler's target are looked at ([`ByTarget`]): a sync costs the same at any number of
+/// cached HPAs and scalers.
+pub fn from_index(
+    hpas: &ByTarget<HorizontalPodAutoscaler>,
+    scalers: &ByTarget<LLMScaler>,
     scaler: &LLMScaler,
 ) -> Option<String> {
-    // Only the matching objects are taken out of the caches: a sync does not copy every HPA
-    // and every scaler of the cluster.
     let namespace = scaler.namespace().unwrap_or_default();
     let target = &scaler.spec.target_ref;
-    competitor(
-        &hpas.state_filter(|hpa| scales(hpa, &namespace, target)),
-        &namespace,
-        target,
-    )
-    .or_else(|| {
-        // Borrowed comparisons, most selective first: this runs over every cached scaler at
-        // every sync (an allocation per object here made N scalers cost O(N²)).
-        let siblings = scalers.state_filter(|other| {
-            other.spec.target_ref.name == target.name
-                && other.spec.target_ref.kind == target.kind
-                && other.metadata.namespace == scaler.metadata.namespace
-        });
-        older_scaler(&siblings, scaler)
+    let on_target: Vec<_> = hpas
+        .candidates(&namespace, &target.kind, &target.name)
+        .into_iter()
+        .filter(|hpa| scales(hpa, &namespace, target))
+        .collect();
+    competitor(&on_target, &namespace, target).or_else(|| {
+        older_scaler(
+            &scalers.candidates(&namespace, &target.kind, &target.name),
+            scaler,
+        )
     })
 }
 
@@ -141,6 +138,68 @@ mod tests {
     }
 
     use super::*;
+
+    /// The LLMScaler index fed as the controller feeds it (the reflector first, then the index),
+    /// through add, modify, re-target, delete and re-create: the competitor check never names the
+    /// scaler itself nor a version that is gone, and the older scaler of a target acts.
+    #[test]
+    fn the_scaler_index_follows_add_modify_retarget_delete_and_recreate() {
+        use kube::runtime::{reflector, watcher};
+        let (store, mut writer) = reflector::store::<LLMScaler>();
+        let scalers = ByTarget::default();
+        let hpas = ByTarget::<HorizontalPodAutoscaler>::default();
+        let mut feed = |event: watcher::Event<LLMScaler>| {
+            writer.apply_watcher_event(&event);
+            scalers.observe(&store, &event);
+        };
+        let a = scaler("a", "2026-01-01T00:00:00Z", "vllm");
+        let b = scaler("b", "2026-01-02T00:00:00Z", "vllm");
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply((*a).clone()));
+        feed(watcher::Event::InitDone);
+        let check = |s: &LLMScaler| from_index(&hpas, &scalers, s);
+        assert_eq!(
+            check(&a),
+            None,
+            "alone on its target: no competitor, not itself"
+        );
+        // Modified in place (a new version, same target) several times: still no competitor.
+        for generation in 2..5 {
+            let mut modified = (*a).clone();
+            modified.metadata.generation = Some(generation);
+            feed(watcher::Event::Apply(modified));
+            assert_eq!(
+                check(&a),
+                None,
+                "its own earlier versions are not competitors"
+            );
+        }
+        feed(watcher::Event::Apply((*b).clone()));
+        assert_eq!(check(&a), None, "the older one acts");
+        assert_eq!(check(&b).as_deref(), Some("LLMScaler a"));
+        // b re-targeted: neither competes any more.
+        let b_moved = scaler("b", "2026-01-02T00:00:00Z", "sglang");
+        feed(watcher::Event::Apply((*b_moved).clone()));
+        assert_eq!(check(&a), None);
+        assert_eq!(check(&b_moved), None);
+        // ... and back.
+        feed(watcher::Event::Apply((*b).clone()));
+        assert_eq!(check(&b).as_deref(), Some("LLMScaler a"));
+        // a deleted: b acts.
+        feed(watcher::Event::Delete((*a).clone()));
+        assert_eq!(check(&b), None, "a deleted scaler is no competitor");
+        // a re-created (same name, created later than b): now a holds, naming b.
+        let a_again = scaler("a", "2026-01-03T00:00:00Z", "vllm");
+        feed(watcher::Event::Apply((*a_again).clone()));
+        assert_eq!(check(&b), None);
+        assert_eq!(check(&a_again).as_deref(), Some("LLMScaler b"));
+        // A re-list that holds only the re-created a: b's entry is gone, a acts.
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply((*a_again).clone()));
+        feed(watcher::Event::InitDone);
+        assert_eq!(check(&a_again), None);
+        assert_eq!(scalers.candidates("ns", "Deployment", "vllm").len(), 1);
+    }
 
     fn hpa(
         namespace: &str,

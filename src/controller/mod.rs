@@ -19,6 +19,8 @@
 
 pub(crate) mod act;
 pub mod activator;
+pub mod by_target;
+mod compact_store;
 pub mod competitors;
 mod events;
 pub mod history;
@@ -174,10 +176,14 @@ pub struct Context {
     pub(crate) states: States,
     /// The LLMScalers the controller watches (another scaler on the same target competes).
     pub scalers: Store<LLMScaler>,
+    /// [`Context::scalers`] by target, for the competitor check.
+    pub scalers_by_target: by_target::ByTarget<LLMScaler>,
     /// Feeds [`Context::scalers`]; taken by [`run`].
     scaler_writer: std::sync::Mutex<Option<reflector::store::Writer<LLMScaler>>>,
     /// HorizontalPodAutoscalers, cached by one watch (competing autoscalers).
     pub hpas: Store<HorizontalPodAutoscaler>,
+    /// [`Context::hpas`] by target, for the competitor check.
+    pub hpas_by_target: Arc<by_target::ByTarget<HorizontalPodAutoscaler>>,
     /// Feeds [`Context::hpas`]; taken by [`run`].
     hpa_writer: std::sync::Mutex<Option<reflector::store::Writer<HorizontalPodAutoscaler>>>,
 }
@@ -203,7 +209,9 @@ impl Context {
         Self {
             scalers,
             scaler_writer: std::sync::Mutex::new(Some(scaler_writer)),
+            scalers_by_target: by_target::ByTarget::default(),
             hpas,
+            hpas_by_target: Arc::default(),
             hpa_writer: std::sync::Mutex::new(Some(hpa_writer)),
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -260,7 +268,12 @@ pub async fn run(
         .default_backoff()
         .modify(without_managed_fields)
         .reflect(writer)
-        .inspect(move |event| evict_deleted(&evictions, &store, event))
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                evictions.scalers_by_target.observe(&store, event);
+            }
+            evict_deleted(&evictions, &store, event);
+        })
         .applied_objects()
         .predicate_filter(spec_or_pause, Default::default());
     let config = kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_syncs);
@@ -335,11 +348,15 @@ fn watch_hpas(ctx: &Context, namespace: Option<&str>) -> Option<tokio::task::Joi
         .default_backoff()
         .modify(cached_hpa)
         .reflect(writer);
+    let (index, store) = (ctx.hpas_by_target.clone(), ctx.hpas.clone());
     Some(tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
-            if let Err(err) = event {
-                tracing::warn!(error = %err, "watching HorizontalPodAutoscalers failed; competing autoscalers go unseen until it recovers");
+            match event {
+                Ok(event) => index.observe(&store, &event),
+                Err(err) => {
+                    tracing::warn!(error = %err, "watching HorizontalPodAutoscalers failed; competing autoscalers go unseen until it recovers");
+                }
             }
         }
     }))

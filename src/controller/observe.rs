@@ -4,6 +4,7 @@
 //! `deletionCostQuery`, the activation query) (`docs/scaling.md` steps 1–3). Reads only.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::api::ApiResource;
 use kube::core::Selector;
@@ -109,7 +110,11 @@ pub(crate) async fn observe(sync: &SyncContext<'_>, scaler: &Scaler) -> Observat
         target,
         readings,
         activation,
-        competitor: competitors::from_stores(&ctx.hpas, &ctx.scalers, sync.scaler),
+        competitor: competitors::from_index(
+            &ctx.hpas_by_target,
+            &ctx.scalers_by_target,
+            sync.scaler,
+        ),
         capacity,
         objective,
         pods,
@@ -128,7 +133,10 @@ async fn read_target(
     let resource = ctx.resolver.resolve(&ctx.client, target_ref).await?;
     let cached = ctx.targets.get(&resource, sync.namespace, &target_ref.name);
     let read = match cached {
-        Some(object) => Ok(target::state_of((*object).clone(), &target_ref.kind)),
+        Some(object) => Ok(target::state_of(
+            Arc::unwrap_or_clone(object),
+            &target_ref.kind,
+        )),
         None => target::read(&ctx.client, &resource, sync.namespace, target_ref).await,
     };
     match read {

@@ -27,10 +27,13 @@ pub(crate) struct ScalerState {
     pub due_ms: Option<i64>,
 }
 
-/// Every scaler's memory, shared by the reconciles of one leadership term.
+/// Every scaler's memory, shared by the reconciles of one leadership term. Each state is boxed:
+/// a [`ScalerState`] is about 1.5 KiB inline, and a map of inline values holds one in every
+/// bucket, used or not (up to twice the scalers after a resize): 6.2 MB for 2,000 scalers,
+/// measured with heaptrack (docs/benchmarks/scale.md).
 #[derive(Debug, Default)]
 pub(crate) struct States {
-    map: Mutex<HashMap<ScalerKey, ScalerState>>,
+    map: Mutex<HashMap<ScalerKey, Box<ScalerState>>>,
 }
 
 impl States {
@@ -39,7 +42,7 @@ impl States {
     pub fn take(&self, key: &ScalerKey, uid: Option<&str>) -> ScalerState {
         let mut map = self.lock();
         match map.remove(key) {
-            Some(state) if state.uid.as_deref() == uid => state,
+            Some(state) if state.uid.as_deref() == uid => *state,
             _ => ScalerState {
                 uid: uid.map(str::to_owned),
                 ..ScalerState::default()
@@ -49,7 +52,7 @@ impl States {
 
     /// Stores the memory of `key` after a sync.
     pub fn put(&self, key: ScalerKey, state: ScalerState) {
-        self.lock().insert(key, state);
+        self.lock().insert(key, Box::new(state));
     }
 
     /// Forgets `key` (the scaler was deleted). Returns whether anything was held.
@@ -73,7 +76,7 @@ impl States {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ScalerKey, ScalerState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ScalerKey, Box<ScalerState>>> {
         self.map
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -3,17 +3,18 @@
 //! watch starts the first time a scaler targets it; until it has listed, and for an object it
 //! does not hold (just created), the controller falls back to a GET. After the operator's own
 //! write the cache may lag: the object the write returned stands in until the watch delivers a
-//! newer version. Cached objects are [`prune`]d to what a sync reads, so thousands of cached
-//! targets stay small.
+//! newer version. Cached objects are [`prune`]d to what a sync reads and held as compact JSON
+//! ([`super::compact_store`]), so thousands of cached targets stay small.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+
+use super::compact_store::CompactStore;
 
 /// The key of one watched kind: `apiVersion` and `kind`.
 type KindKey = (String, String);
@@ -32,7 +33,7 @@ pub struct TargetCache {
 }
 
 struct Watched {
-    store: Store<DynamicObject>,
+    store: CompactStore,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -77,8 +78,10 @@ impl TargetCache {
                 .or_insert_with(|| self.watch(resource));
             watched.store.clone()
         };
-        store.wait_until_ready().now_or_never()?.ok()?;
-        let cached = store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))?;
+        if !store.is_ready() {
+            return None;
+        }
+        let cached = Arc::new(store.get(namespace, name)?);
         let object_key = (kind_key, namespace.to_owned(), name.to_owned());
         let mut written = self
             .written
@@ -119,18 +122,20 @@ impl TargetCache {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
             None => Api::all_with(self.client.clone(), resource),
         };
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
+        let store = CompactStore::default();
         let kind = resource.kind.clone();
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(prune)
-            .reflect(writer);
+            .modify(prune);
+        let feed = store.clone();
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
-                if let Err(err) = event {
-                    tracing::warn!(kind = %kind, error = %err, "watching targets failed; syncs read them with a GET until it recovers");
+                match event {
+                    Ok(event) => feed.apply(&event),
+                    Err(err) => {
+                        tracing::warn!(kind = %kind, error = %err, "watching targets failed; syncs read them with a GET until it recovers");
+                    }
                 }
             }
         });

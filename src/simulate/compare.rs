@@ -227,6 +227,9 @@ pub struct Report {
     pub ideal_with_startup_replica_seconds: Option<f64>,
     /// The `model_name` label of the replayed series.
     pub model_name: String,
+    /// The load model's per-replica parameters every policy ran on (`--model FILE`, or the
+    /// defaults of docs/load-model.md).
+    pub model: Profile,
     /// The scaler's queries (and `--comparators-scaler`'s) with a selector that selected no
     /// replayed series: each read nothing for the whole run (docs/simulate/README.md#prometheus).
     pub unmatched_queries: Vec<Unmatched>,
@@ -481,6 +484,7 @@ pub fn run_with(
         policies,
         ideal_with_startup_replica_seconds: ideal_with_startup,
         model_name,
+        model: Profile::of(&settings.params),
         unmatched_queries,
         timelines,
     })

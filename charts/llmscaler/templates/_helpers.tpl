@@ -119,7 +119,7 @@ namespaceSelector:
 {{- end }}
 {{- end -}}
 
-{{/* The termination budget: the preStop delay, then the webhook's drain, then ~10 s to stop. */}}
+{{/* The termination budget: the shutdown delay after SIGTERM, then the webhook's drain, then ~10 s to stop. */}}
 {{- define "llmscaler.checkTerminationBudget" -}}
 {{- if and .Values.webhook.enabled (not .Values.outOfCluster.enabled) -}}
 {{- $delay := int .Values.shutdownDelaySeconds -}}

@@ -281,6 +281,7 @@ async fn main() -> anyhow::Result<()> {
         max_running: 64,
         shutdown_timeout_seconds: 1.0,
         model: "emulated".into(),
+        load_seconds: 0.0,
     };
     tokio::spawn(llmscaler_e2e::pod::serve(serve, emulator_shutdown));
     backend_service(&client, &name, "bench-llm", &host, args.emulator_port).await?;
