@@ -108,7 +108,7 @@ struct SimulateArgs {
     /// `--requests`: Prometheus scrape interval, seconds.
     #[arg(long, default_value_t = 15.0, conflicts_with = "metrics")]
     scrape_interval_seconds: f64,
-    /// `--requests`: comparators run on the same load: any of hpa,keda,ideal,static.
+    /// `--requests`: comparators run on the same load: any of hpa,keda,ideal,reactive,static.
     #[arg(long, default_value = "", conflicts_with = "metrics")]
     compare: String,
     /// `--requests`: `hpa` and `keda` run on this scaler's metrics instead of `--scaler`'s

@@ -28,8 +28,10 @@ pub(crate) const MAX_SAMPLES: usize = 240;
 pub(crate) const MIN_SAMPLES: usize = 8;
 const MIN_SPREAD: f64 = 0.2;
 const MIN_SPREAD_SHARE: f64 = 0.25;
-/// Syncs that cover the queries' 1 min rate window at the usual 15 s period.
-const WINDOW_SYNCS: u32 = 5;
+/// The queries' rate window (`objective::WINDOW`, 1 min), ms: a rate is a saturated throughput
+/// (or a line pair) only once a run of queued (or calm) syncs on the same replicas spans it.
+/// At the usual 15 s period that is 5 syncs; at 3 s, 21.
+pub(crate) const WINDOW_MS: i64 = 60_000;
 /// Smoothing of the request mix and of the saturated throughput, per sync.
 const SMOOTHING: f64 = 0.2;
 /// The correction factor's bounds and steps (docs/objective.md#correction).
@@ -121,9 +123,10 @@ pub(crate) struct Calibration {
     max_running: f64,
     best_throughput: f64,
     saturated: Option<f64>,
-    /// Syncs in a row with every replica queued, and with no replica queued.
-    queued_syncs: u32,
-    calm_syncs: u32,
+    /// Since when (ms) every replica has queued, and no replica has, on how many replicas: the
+    /// start of the current run (see [`WINDOW_MS`]).
+    queued_since: Option<(i64, f64)>,
+    calm_since: Option<(i64, f64)>,
     /// The busiest replica's running count at the last sync, when it had a queue.
     queued_running: Option<f64>,
     /// The sequences the KV cache holds per replica (running over usage), smoothed.
@@ -161,11 +164,18 @@ impl Calibration {
         self.floor
     }
 
-    /// Takes one sync's evidence. `sized`: the Ready replicas were at least the objective's
-    /// last recommendation; `ttft_over`: the TTFT quantile was above the objective (`Some`
-    /// when measured). The correction rises only when a fleet of the recommended size still
-    /// misses the objective (a fleet still catching up says nothing about the model).
-    pub(crate) fn observe(&mut self, e: &Evidence, sized: bool, ttft_over: Option<bool>) {
+    /// Takes one sync's evidence, read at `now_ms`. `sized`: the Ready replicas were at least
+    /// the objective's last recommendation; `ttft_over`: the TTFT quantile was above the
+    /// objective (`Some` when measured). The correction rises only when a fleet of the
+    /// recommended size still misses the objective (a fleet still catching up says nothing
+    /// about the model).
+    pub(crate) fn observe(
+        &mut self,
+        e: &Evidence,
+        now_ms: i64,
+        sized: bool,
+        ttft_over: Option<bool>,
+    ) {
         if e.replicas < 1.0 {
             return;
         }
@@ -194,18 +204,16 @@ impl Calibration {
         }
         self.queued_running = queued;
         // A rate over the 1 min window is a saturated throughput only once the whole window
-        // was saturated; a line pair only once the whole window was free of queues.
-        self.queued_syncs = if e.min_waiting > 0.0 {
-            self.queued_syncs + 1
-        } else {
-            0
+        // was saturated on the replicas reporting now; a line pair only once the whole window
+        // was free of queues. Counted in time, not syncs: at a 3 s period five syncs cover a
+        // quarter of the window, whose rate still holds the light load before the queue (an
+        // overloaded replica read as 0.7 requests/s instead of 7.6, kept as `saturated`).
+        self.queued_since = run(self.queued_since, e.min_waiting > 0.0, e.replicas, now_ms);
+        self.calm_since = run(self.calm_since, e.max_waiting == 0.0, e.replicas, now_ms);
+        let spans = |since: Option<(i64, f64)>| {
+            since.is_some_and(|(t, _)| now_ms.saturating_sub(t) >= WINDOW_MS)
         };
-        self.calm_syncs = if e.max_waiting == 0.0 {
-            self.calm_syncs + 1
-        } else {
-            0
-        };
-        if self.queued_syncs >= WINDOW_SYNCS && per_replica > 0.0 {
+        if spans(self.queued_since) && per_replica > 0.0 {
             self.saturated = Some(
                 self.saturated
                     .map_or(per_replica, |s| smooth(s, per_replica)),
@@ -227,7 +235,7 @@ impl Calibration {
         let tokens = e.generation_tokens / e.replicas;
         if let Some(t) = e.inter_token
             && t > 0.0
-            && self.calm_syncs >= WINDOW_SYNCS
+            && spans(self.calm_since)
             && tokens * t >= 0.05
         {
             let running = tokens * t;
@@ -294,6 +302,17 @@ impl Calibration {
     }
 }
 
+/// The run `since` (start ms, replicas) after a sync at `now_ms` where the condition is `holds`
+/// on `replicas`: kept while it holds on the same replicas, started anew at `now_ms` when it
+/// holds on other replicas, ended when it does not hold.
+fn run(since: Option<(i64, f64)>, holds: bool, replicas: f64, now_ms: i64) -> Option<(i64, f64)> {
+    match since {
+        _ if !holds => None,
+        Some((t, r)) if (r - replicas).abs() < 0.5 => Some((t, r)),
+        Some(_) | None => Some((now_ms, replicas)),
+    }
+}
+
 fn smooth(old: f64, new: f64) -> f64 {
     old + SMOOTHING * (new - old)
 }
@@ -343,6 +362,15 @@ fn fit(pairs: &VecDeque<(f64, f64)>) -> Option<(f64, f64)> {
 mod tests {
     use super::*;
 
+    /// The sync times of a 15 s period: 15 000, 30 000, ... ms.
+    fn every_15_s() -> impl FnMut() -> i64 {
+        let mut t = 0;
+        move || {
+            t += 15_000;
+            t
+        }
+    }
+
     /// The default load-model profile on the conversation mix: step 0.012 + 0.00035·r s,
     /// prefill 12,000 tokens/s, 1,155 prompt and 211 output tokens per request. With Little's
     /// law the inter-token latency is `0.012 + (0.00035 + 1155 / (211 × 12000))·r`
@@ -370,12 +398,13 @@ mod tests {
 
     #[test]
     fn extrapolates_unsaturated_evidence_to_the_batch_limit() {
+        let mut next = every_15_s();
         let mut c = Calibration::default();
         // The first four syncs fill the rate window; then one pair per sync.
         for r in [
             4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
         ] {
-            c.observe(&conv(r, 0.0), true, Some(false));
+            c.observe(&conv(r, 0.0), next(), true, Some(false));
         }
         // No queue seen yet: a lower bound, the line at the largest batch seen (20):
         // 20 / (211 × (0.012 + 0.000806 × 20)) = 3.37 requests/s.
@@ -389,9 +418,9 @@ mod tests {
             max_running: 64.0,
             ..conv(20.0, 0.0)
         };
-        c.observe(&queued, true, None);
+        c.observe(&queued, next(), true, None);
         assert_eq!(c.estimate().unwrap().basis, Basis::LowerBound);
-        c.observe(&queued, true, None);
+        c.observe(&queued, next(), true, None);
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Calibrated);
         assert!((e.requests_per_second - 4.77).abs() < 0.02, "{e:?}");
@@ -402,47 +431,114 @@ mod tests {
 
     #[test]
     fn saturated_windows_win_and_too_little_spread_fits_nothing() {
+        let mut next = every_15_s();
         let mut c = Calibration::default();
         for _ in 0..20 {
-            c.observe(&conv(10.0, 0.0), true, None);
+            c.observe(&conv(10.0, 0.0), next(), true, None);
         }
         // 20 pairs at one batch size: no line; the best throughput, 10 / (211 × 0.02006) = 2.36.
         let e = c.estimate().unwrap();
         assert_eq!((e.basis, e.line), (Basis::LowerBound, None));
         assert!((e.requests_per_second - 2.363).abs() < 0.01, "{e:?}");
-        // Every replica queued for five syncs (the rate window) at 5 requests/s each:
-        // saturated, 5.
+        // Every replica queued for five syncs (the first and one 60 s later: the rate window
+        // at this period) at 5 requests/s each: saturated, 5.
         let queued = Evidence {
             completions: 10.0,
             ..conv(64.0, 3.0)
         };
         for _ in 0..4 {
-            c.observe(&queued, true, None);
+            c.observe(&queued, next(), true, None);
         }
         assert_ne!(c.estimate().unwrap().basis, Basis::Saturated);
-        c.observe(&queued, true, None);
+        c.observe(&queued, next(), true, None);
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Saturated);
         assert!((e.requests_per_second - 5.0).abs() < 1e-9);
     }
 
+    /// The objective's e2e fleet (e2e/tests/objective.rs) at a 3 s sync period: 20 requests/s
+    /// arrive at one replica that completes 7.6/s; it queues from the first sync (t = 3 s), and
+    /// its 1 min completion rate ramps as `7.6 × t / 60` while the window still holds the time
+    /// before the load. Counted in syncs, five queued syncs (t = 15 s, rate 1.9) made that ramp
+    /// a saturated throughput, smoothed to 2.11 by t = 21 s and kept once the fleet had grown
+    /// past its queues: `saturated 2.11` beneath the 5.0 per replica the larger fleet was then
+    /// seen to complete. Counted in time, no saturated throughput before a queued run spans the
+    /// window on the same replicas: the best throughput seen (5.0) as a lower bound, then 7.6.
+    #[test]
+    fn a_saturated_throughput_needs_a_whole_window_of_queues_not_five_syncs() {
+        let mut c = Calibration::default();
+        let queued = |replicas: f64, completions: f64| Evidence {
+            completions,
+            replicas,
+            min_waiting: 3.0,
+            max_waiting: 3.0,
+            max_running: 64.0,
+            ..Evidence::default()
+        };
+        // 1 replica queued, t = 3 … 21 s: the rate ramps 0.38 … 2.66 requests/s.
+        for t in (3..=21).step_by(3) {
+            c.observe(
+                &queued(1.0, 7.6 * f64::from(t) / 60.0),
+                i64::from(t) * 1000,
+                true,
+                None,
+            );
+        }
+        // 4 replicas, no queue, t = 24 … 51 s: 20 requests/s over them, 5.0 each.
+        let calm = Evidence {
+            completions: 20.0,
+            replicas: 4.0,
+            max_running: 40.0,
+            ..Evidence::default()
+        };
+        for t in (24..=51).step_by(3) {
+            c.observe(&calm, t * 1000, true, None);
+        }
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::LowerBound, "{e:?}");
+        assert!((e.requests_per_second - 5.0).abs() < 1e-9, "{e:?}");
+        // 2 replicas, both queued from t = 54 s, completing 15.2/s: saturated only at t = 114 s,
+        // the run's start plus the window, and then at the whole window's 7.6 each.
+        for t in (54..=111).step_by(3) {
+            c.observe(&queued(2.0, 15.2), t * 1000, true, None);
+        }
+        assert_ne!(c.estimate().unwrap().basis, Basis::Saturated);
+        c.observe(&queued(2.0, 15.2), 114_000, true, None);
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Saturated, "{e:?}");
+        assert!((e.requests_per_second - 7.6).abs() < 1e-9, "{e:?}");
+    }
+
+    #[test]
+    fn a_run_lasts_while_it_holds_on_the_same_replicas() {
+        // (since, holds, replicas, now) -> run
+        assert_eq!(run(None, true, 2.0, 3000), Some((3000, 2.0)));
+        assert_eq!(run(Some((3000, 2.0)), true, 2.0, 6000), Some((3000, 2.0)));
+        // Another fleet: the window's rate mixes two fleets' completions; start over.
+        assert_eq!(run(Some((3000, 2.0)), true, 4.0, 6000), Some((6000, 4.0)));
+        assert_eq!(run(Some((3000, 2.0)), false, 2.0, 6000), None);
+        assert_eq!(run(None, false, 2.0, 6000), None);
+    }
+
     #[test]
     fn the_correction_rises_only_on_a_sized_fleet_and_is_bounded() {
+        let mut next = every_15_s();
         let mut c = Calibration::default();
-        c.observe(&conv(10.0, 0.0), false, Some(true));
+        c.observe(&conv(10.0, 0.0), next(), false, Some(true));
         assert_eq!(c.estimate().unwrap().correction, 1.0);
         for _ in 0..100 {
-            c.observe(&conv(10.0, 0.0), true, Some(true));
+            c.observe(&conv(10.0, 0.0), next(), true, Some(true));
         }
         assert_eq!(c.estimate().unwrap().correction, MAX_CORRECTION);
         for _ in 0..1000 {
-            c.observe(&conv(10.0, 0.0), true, Some(false));
+            c.observe(&conv(10.0, 0.0), next(), true, Some(false));
         }
         assert_eq!(c.estimate().unwrap().correction, 1.0);
     }
 
     #[test]
     fn a_restored_estimate_holds_until_better_evidence() {
+        let mut next = every_15_s();
         let restored = Estimate {
             basis: Basis::Calibrated,
             requests_per_second: 4.5,
@@ -455,12 +551,12 @@ mod tests {
         let mut c = Calibration::restored(restored);
         assert_eq!(c.estimate().unwrap().requests_per_second, 4.5);
         assert_eq!(c.estimate().unwrap().basis, Basis::Restored);
-        c.observe(&conv(4.0, 0.0), true, None);
+        c.observe(&conv(4.0, 0.0), next(), true, None);
         // A fresh lower bound (0.94 requests/s) does not lower it.
         assert_eq!(c.estimate().unwrap().requests_per_second, 4.5);
         // Nothing but replicas below one is no evidence.
         let mut empty = Calibration::default();
-        empty.observe(&Evidence::default(), true, None);
+        empty.observe(&Evidence::default(), next(), true, None);
         assert_eq!(empty.estimate(), None);
     }
 }

@@ -363,6 +363,10 @@ pub(crate) struct Extras<E> {
     /// ([`startup::holds_scale_up`]): the metrics may not raise `spec.replicas`, the capacity
     /// recommendation still may.
     pub hold_metric_scale_up: bool,
+    /// The metric readings of the previous sync by name ([`evidence::readings`] of its
+    /// [`Decision::metrics`]): a reading lower than its previous one holds
+    /// (docs/guards.md#evidence-bound). Empty at the first sync and after a restart.
+    pub previous: std::collections::BTreeMap<String, f64>,
 }
 
 impl<E> Default for Extras<E> {
@@ -371,6 +375,7 @@ impl<E> Default for Extras<E> {
             capacity: None,
             objective: None,
             hold_metric_scale_up: false,
+            previous: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -400,21 +405,29 @@ pub(crate) fn decide_with<E: Clone>(
     if policy.scale_up.apply_tolerance(&mut metrics, spec) {
         recommendation = best_recommendation(&metrics);
     }
+    let capacity_outcome = extras
+        .capacity
+        .as_ref()
+        .map(|(model, input)| model.outcome(input, policy.max_replicas));
+    let capacity_recommendation = capacity_outcome
+        .as_ref()
+        .and_then(|o| o.recommendation.as_ref().ok().copied());
     // The evidence bound (docs/guards.md#evidence-bound): a ratio read on the Ready replicas
-    // supports at most doubling them (or 4 more) per sync, whatever the ratio.
+    // supports at most doubling them per sync, whatever the ratio, and a reading that fell since
+    // the previous sync supports no scale-up.
     let bounded_to = match signal {
-        Signal::Metrics(_) if evidence::apply(&mut metrics, baseline, spec) => {
-            recommendation = best_recommendation(&metrics);
-            Some(evidence::bound(baseline, spec))
+        Signal::Metrics(_) => {
+            let bounded = evidence::apply(&mut metrics, baseline, spec, &extras.previous);
+            if bounded != evidence::Bounded::default() {
+                recommendation = best_recommendation(&metrics);
+            }
+            bounded.step
         }
-        Signal::Metrics(_) | Signal::Decision(_) => None,
+        Signal::Decision(_) => None,
     };
-    let capacity_recommendation = extras.capacity.as_ref().and_then(|(model, input)| {
-        let outcome = model.outcome(input, policy.max_replicas);
-        let r = outcome.recommendation.as_ref().ok().copied();
+    if let Some(outcome) = capacity_outcome {
         metrics.push(outcome);
-        r
-    });
+    }
     let objective_recommendation = extras.objective.as_ref().and_then(|outcome| {
         metrics.push(outcome.clone());
         outcome.recommendation.as_ref().ok().copied()

@@ -26,7 +26,7 @@ pub const NAME: &str = "objective";
 pub const TTFT_NAME: &str = "ttft";
 /// The shortest time a backlog is spread over, seconds.
 pub(crate) const MIN_BACKLOG_SECONDS: f64 = 60.0;
-/// The rate window of the queries.
+/// The rate window of the queries (the calibration's `WINDOW_MS`).
 const WINDOW: &str = "1m";
 
 /// Index of each reading in [`queries`]' order.
@@ -249,6 +249,14 @@ mod tests {
     use super::*;
     use crate::engine::calibration::Basis;
     use crate::engine::capacity::erlang_c;
+
+    #[test]
+    fn the_calibration_waits_for_the_queries_rate_window() {
+        assert_eq!(
+            (WINDOW, crate::engine::calibration::WINDOW_MS),
+            ("1m", 60_000)
+        );
+    }
 
     fn estimate(mu: f64, correction: f64) -> Estimate {
         Estimate {

@@ -705,6 +705,60 @@ fn a_guardrail_20x_its_target_on_one_ready_replica_steps_to_2_not_20() {
     assert!(history.records().iter().all(|r| r.replicas <= 4));
 }
 
+/// docs/guards.md#evidence-bound, the falling hold: the same 20× guardrail, read again once the
+/// first step's replica is Ready. Rising (17 s → 20 s) it steps 2 → 4; falling (20 s → 12 s,
+/// still 14× its target) it holds 4: the Ready replicas serve faster than the backlog builds.
+/// Rising again (12 s → 13 s) on 4 Ready it steps to 8, not to `ceil(4 × 15.3)` = 62.
+#[test]
+fn a_falling_reading_holds_and_a_rising_one_steps_by_the_ready_replicas() {
+    let p = Policy {
+        window_ms: 300_000,
+        ..policy(1, 128)
+    };
+    let ttft = |seconds: f64| -> Signal<String> {
+        Signal::Metrics(vec![MetricInput {
+            name: "ttft-p90".into(),
+            target: "0.85".into(),
+            value: Ok(seconds),
+            guardrail: true,
+        }])
+    };
+    let after = |seconds: f64| Extras {
+        previous: std::collections::BTreeMap::from([("ttft-p90".to_owned(), seconds)]),
+        ..Extras::default()
+    };
+    let mut history = History::default();
+    let d = decide_with(
+        &p,
+        &settled(2),
+        &ttft(20.0),
+        &after(17.0),
+        &mut history,
+        90_000,
+    );
+    assert_eq!((d.replicas, d.reason), (4, Reason::ScaleUpLimited));
+    let d = decide_with(
+        &p,
+        &settled(4),
+        &ttft(12.0),
+        &after(20.0),
+        &mut history,
+        180_000,
+    );
+    assert_eq!(d.metrics[0].recommendation, Ok(4));
+    assert_eq!((d.replicas, d.action), (4, Action::None));
+    let d = decide_with(
+        &p,
+        &settled(4),
+        &ttft(13.0),
+        &after(12.0),
+        &mut history,
+        195_000,
+    );
+    assert_eq!(d.metrics[0].recommendation, Ok(8));
+    assert_eq!((d.replicas, d.reason), (8, Reason::ScaleUpLimited));
+}
+
 /// Coming capacity holds the metrics, not the floor: `minReplicas` raised while the hold runs
 /// (a scale-up a minute ago, its replicas Ready or not) is written at once. Found against real
 /// vLLM (e2e/tests/real_vllm.rs): minReplicas 1 -> 2 waited 2 x 560 s for the hold to end.
@@ -715,6 +769,7 @@ fn a_raised_min_replicas_is_not_held_by_coming_capacity() {
         capacity: None,
         objective: None,
         hold_metric_scale_up: true,
+        previous: std::collections::BTreeMap::new(),
     };
     let mut history = History::default();
     // spec 1, 1 Ready, the metric reads 0: only the floor asks for 2.
@@ -752,6 +807,7 @@ fn a_held_back_recommendation_is_not_replayed_by_the_window() {
         capacity: None,
         objective: None,
         hold_metric_scale_up: true,
+        previous: std::collections::BTreeMap::new(),
     };
     let mut history = History::default();
     // 3 Ready of 4: the metric asks for 6 (ceil(3 × 2 / 1), within the bound 2 × 3); held at 4

@@ -8,7 +8,8 @@ use llmscaler_loadmodel::{ATTRIBUTION, Params, Profile, Request};
 use serde::Serialize;
 
 use super::policies::{
-    HpaPolicy, IdealPolicy, KedaPolicy, LlmscalerPolicy, SchedulePolicy, StaticPolicy, shapes,
+    HpaPolicy, IdealPolicy, KedaPolicy, LlmscalerPolicy, ReactivePolicy, SchedulePolicy,
+    StaticPolicy, shapes,
 };
 use super::replay::{self, Autoscaler, Outcome, Settings};
 use super::series_check::{self, Unmatched};
@@ -28,6 +29,9 @@ pub enum Comparator {
     Keda,
     /// The clairvoyant lower bound.
     Ideal,
+    /// `ideal`'s peak bought one scrape after the first need, paying the start-up time: the
+    /// attainment no reactive policy can exceed.
+    Reactive,
     /// The peak of `ideal` held all along.
     Static,
 }
@@ -39,11 +43,12 @@ impl Comparator {
             Comparator::Hpa => "hpa",
             Comparator::Keda => "keda",
             Comparator::Ideal => "ideal",
+            Comparator::Reactive => "reactive",
             Comparator::Static => "static",
         }
     }
 
-    /// Parses a `--compare` list (`hpa,keda,ideal,static`; empty = none).
+    /// Parses a `--compare` list (`hpa,keda,ideal,reactive,static`; empty = none).
     ///
     /// # Errors
     /// The unknown name.
@@ -54,10 +59,11 @@ impl Comparator {
                 "hpa" => Comparator::Hpa,
                 "keda" => Comparator::Keda,
                 "ideal" => Comparator::Ideal,
+                "reactive" => Comparator::Reactive,
                 "static" => Comparator::Static,
                 other => {
                     return Err(format!(
-                        "--compare: unknown comparator {other:?} (hpa, keda, ideal, static)"
+                        "--compare: unknown comparator {other:?} (hpa, keda, ideal, reactive, static)"
                     ));
                 }
             };
@@ -389,6 +395,15 @@ pub fn run_with(
                 replicas: peak,
                 period_ms,
             }),
+            Comparator::Reactive => Box::new(ReactivePolicy::new(
+                IdealPolicy {
+                    min_replicas: spec.min_replicas,
+                    max_replicas: spec.max_replicas,
+                    period_ms,
+                },
+                settings.scrape_interval_ms,
+                peak,
+            )),
             Comparator::Ideal => continue,
         };
         jobs.push((c.as_str().to_string(), policy));

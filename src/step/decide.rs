@@ -141,6 +141,7 @@ impl Scaler {
                 target.spec_replicas,
                 target.ready_replicas,
             ),
+            previous: std::mem::take(&mut self.memory.previous_readings),
         };
         let refresh_ms = refresh_interval_ms(policy.window_ms, sync_period_ms);
         let acting = observed.acting.clone();
@@ -162,6 +163,7 @@ impl Scaler {
             now_ms,
         );
         self.memory.history = Some(history.clone());
+        self.memory.previous_readings = crate::engine::evidence::readings(&decision.metrics);
         let write = self.claim(observed, &decision, &acting, sync_period_ms);
         let contested = contested_by(
             claimed_before(previous_conditions(observed)),

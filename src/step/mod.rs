@@ -306,6 +306,9 @@ struct Memory {
     status_shift_ms: i64,
     /// The objective's calibration.
     objective: objective::ObjectiveMemory,
+    /// The metric readings of the last sync, by name (the evidence bound's falling hold,
+    /// docs/guards.md#evidence-bound); not kept in status: empty after a restart.
+    previous_readings: std::collections::BTreeMap<String, f64>,
 }
 
 /// One scaler's step and memory (see the module documentation).

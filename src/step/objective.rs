@@ -115,7 +115,9 @@ pub(super) fn step<E: Clone>(
         _ => None,
     };
     let sized = memory.last.is_some_and(|last| ready >= last);
-    memory.calibration.observe(&evidence, sized, ttft_over);
+    memory
+        .calibration
+        .observe(&evidence, now_ms, sized, ttft_over);
     memory.rates.push_back((now_ms, evidence.completions));
     while memory
         .rates

@@ -1,14 +1,16 @@
 //! The policies of `simulate --requests`: `llmscaler` (the engine on the scaler's own queries)
-//! and the comparators `hpa`, `keda`, `ideal` and `static`
+//! and the comparators `hpa`, `keda`, `ideal`, `reactive` and `static`
 //! (`docs/simulate/README.md#comparators`).
 
 mod hpa;
 mod ideal;
 pub(crate) mod llmscaler;
+mod reactive;
 
 pub use hpa::{HpaPolicy, KedaPolicy, MetricShape, shapes};
 pub use ideal::IdealPolicy;
 pub use llmscaler::LlmscalerPolicy;
+pub use reactive::ReactivePolicy;
 
 use super::replay::{Autoscaler, View};
 
