@@ -6,7 +6,8 @@
 //! which divide trace-time counts) stay as they are.
 //!
 //! - LLMScaler: `syncPeriodSeconds`, `retryPeriodSeconds`,
-//!   `scaleDown.stabilizationWindowSeconds`, `startup.initialSeconds`; range selectors of every
+//!   `scaleDown.stabilizationWindowSeconds`, `scaleDown.drain.drainSeconds`,
+//!   `startup.initialSeconds`; range selectors of every
 //!   query (`[30s]` → `[2s]` at speed 15); a query with `rate(` and no `histogram_quantile`
 //!   (a ratio of rates, unitless) is divided by `speed`.
 //! - KEDA ScaledObject: one Prometheus trigger per metric of the metrics-only LLMScaler, as the
@@ -24,6 +25,7 @@ const KNOWN_SECONDS: &[&str] = &[
     "retryPeriodSeconds",
     "stabilizationWindowSeconds",
     "initialSeconds",
+    "drainSeconds",
     "maxQueueWaitSeconds",
     "backlogSeconds",
 ];
@@ -111,6 +113,13 @@ impl Compression {
         if let Some(sd) = spec.get_mut("scaleDown").and_then(Value::as_object_mut) {
             let w = int(sd.get("stabilizationWindowSeconds"), 0);
             sd.insert("stabilizationWindowSeconds".into(), json!(self.window(w)));
+            // The drain budget is wall time in which requests (served `speed` times faster)
+            // finish: compressed like a window.
+            if let Some(drain) = sd.get_mut("drain").and_then(Value::as_object_mut)
+                && let Some(d) = drain.get("drainSeconds").and_then(Value::as_i64)
+            {
+                drain.insert("drainSeconds".into(), json!(self.window(d)));
+            }
         }
         if let Some(st) = spec.get_mut("startup").and_then(Value::as_object_mut) {
             let w = int(st.get("initialSeconds"), 0);
@@ -316,6 +325,7 @@ mod tests {
         assert_eq!(m["spec"]["retryPeriodSeconds"], 1);
         assert_eq!(m["spec"]["scaleDown"]["stabilizationWindowSeconds"], 20);
         assert_eq!(m["spec"]["startup"]["initialSeconds"], 6);
+        assert_eq!(m["spec"]["scaleDown"]["drain"]["drainSeconds"], 8);
         assert_eq!(m["spec"]["capacity"]["backlogSeconds"], 60);
         assert_eq!(m["metadata"]["namespace"], "ns");
         let mut bad = manifest.clone();
