@@ -562,14 +562,7 @@ activator: {enabled: true}
     let spec = &pod["spec"];
     let container = &spec["containers"][0];
     assert_eq!(spec["imagePullSecrets"][0]["name"], "my-registry");
-    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
-    assert_eq!(spec["nodeSelector"]["pool"], "system");
-    assert_eq!(spec["tolerations"][0]["key"], "dedicated");
-    assert!(
-        spec["affinity"]["nodeAffinity"].is_mapping(),
-        "{}",
-        serde_yaml::to_string(spec)?
-    );
+    assert_placed(spec)?;
     assert!(
         spec["affinity"]["podAntiAffinity"].is_null(),
         "a given affinity replaces the default"
@@ -603,7 +596,12 @@ activator: {enabled: true}
         .iter()
         .find(|d| d["kind"] == "Deployment" && is_activator(d))
         .expect("the activator's Deployment");
-    let spec = &activator["spec"]["template"]["spec"];
+    assert_placed(&activator["spec"]["template"]["spec"])?;
+    Ok(())
+}
+
+/// The platform values of `every_platform_value_reaches_the_operator_pod` in a pod spec.
+fn assert_placed(spec: &Value) -> anyhow::Result<()> {
     assert_eq!(spec["priorityClassName"], "system-cluster-critical");
     assert_eq!(spec["nodeSelector"]["pool"], "system");
     assert_eq!(spec["tolerations"][0]["key"], "dedicated");
