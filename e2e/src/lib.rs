@@ -221,6 +221,38 @@ pub async fn drop_scaler_finalizers(client: &Client, namespace: &str) {
     }
 }
 
+/// Deletes the LLMScaler `name` of `namespace` (if it exists) and waits, up to 60 s, until it is
+/// gone: the operator's finalizer hands the target back first, so uninstall the operator only
+/// after this returns.
+///
+/// # Errors
+/// An API error, or the scaler still there after 60 s.
+pub async fn delete_scaler_and_wait(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    let scalers: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &fixture::scaler_resource());
+    if scalers.get_opt(name).await?.is_some() {
+        scalers.delete(name, &DeleteParams::default()).await?;
+    }
+    wait_for(
+        "the LLMScaler to be gone",
+        std::time::Duration::from_secs(60),
+        || {
+            let scalers = scalers.clone();
+            async move {
+                Ok(match scalers.get_opt(name).await? {
+                    None => Check::Done(()),
+                    Some(_) => Check::NotYet("still there".to_owned()),
+                })
+            }
+        },
+    )
+    .await
+}
+
 /// What one run of the pinned `kubectl` printed.
 #[derive(Debug)]
 pub struct KubectlRun {

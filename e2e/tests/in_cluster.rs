@@ -886,20 +886,8 @@ async fn drain_run(
         .map_err(|_| anyhow::anyhow!("poisoned"))?
         .clone();
     eprintln!("{release}: {ok} requests succeeded, {failed} failed ({errors:?})");
-    let scalers: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &scaler_resource());
-    scalers.delete(release, &DeleteParams::default()).await?;
     // The operator's finalizer hands the target back before the scaler goes: uninstall after.
-    wait_for("the LLMScaler to be gone", Duration::from_secs(60), || {
-        let scalers = scalers.clone();
-        async move {
-            Ok(match scalers.get_opt(release).await? {
-                None => Check::Done(()),
-                Some(_) => Check::NotYet("still there".to_owned()),
-            })
-        }
-    })
-    .await?;
+    llmscaler_e2e::delete_scaler_and_wait(client, namespace, release).await?;
     installed.uninstall()?;
     Ok(failed)
 }

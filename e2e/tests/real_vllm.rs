@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use llmscaler_api::names::{ROTATION_LABEL, ROTATION_OUT};
@@ -684,21 +684,7 @@ impl Operator {
 
     /// Deletes the LLMScaler (its finalizer puts drained pods back), then the release.
     async fn remove(self, client: &Client) -> anyhow::Result<()> {
-        let scalers: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), NAMESPACE, &scaler_resource());
-        if scalers.get_opt(NAME).await?.is_some() {
-            scalers.delete(NAME, &DeleteParams::default()).await?;
-        }
-        wait_for("the LLMScaler to be gone", Duration::from_secs(60), || {
-            let scalers = scalers.clone();
-            async move {
-                Ok(match scalers.get_opt(NAME).await? {
-                    None => Check::Done(()),
-                    Some(_) => Check::NotYet("still there".to_owned()),
-                })
-            }
-        })
-        .await?;
+        llmscaler_e2e::delete_scaler_and_wait(client, NAMESPACE, NAME).await?;
         self.installed.uninstall()?;
         self.ops.delete().await?;
         Ok(())
