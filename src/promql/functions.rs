@@ -1,5 +1,5 @@
-//! The functions of the subset: `*_over_time`, `rate`, `increase`, `histogram_quantile`,
-//! `vector`.
+//! The functions of the subset: `*_over_time`, `rate`, `increase`, `delta`, `deriv`,
+//! `histogram_quantile`, `vector`.
 
 use std::collections::BTreeMap;
 
@@ -56,14 +56,27 @@ pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, Promq
         "max_over_time" => over_time(|p| p.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max)),
         "count_over_time" => over_time(|p| p.len() as f64),
         "last_over_time" => over_time(|p| p.last().map_or(f64::NAN, |x| x.1)),
-        "rate" | "increase" => {
+        "rate" | "increase" | "delta" => {
             let (m, range_ms) = matrix_arg(call, 0, store, t_ms)?;
+            let kind = match name {
+                "rate" => Extrapolated::Rate,
+                "increase" => Extrapolated::Increase,
+                _ => Extrapolated::Delta,
+            };
             Ok(Value::Vector(
                 m.into_iter()
                     .filter_map(|(labels, pts)| {
-                        extrapolated_rate(&pts, t_ms, range_ms, name == "rate")
+                        extrapolated_rate(&pts, t_ms, range_ms, kind)
                             .map(|v| (drop_name(labels), v))
                     })
+                    .collect(),
+            ))
+        }
+        "deriv" => {
+            let (m, _) = matrix_arg(call, 0, store, t_ms)?;
+            Ok(Value::Vector(
+                m.into_iter()
+                    .filter_map(|(labels, pts)| slope(&pts).map(|v| (drop_name(labels), v)))
                     .collect(),
             ))
         }
@@ -85,20 +98,40 @@ pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, Promq
     }
 }
 
-/// Prometheus' `extrapolatedRate` for counters: the increase over the samples (counter resets
-/// added back), extrapolated to the range edges (by at most half an average sample interval
-/// when the data stops short, never below zero at the start); `None` with fewer than two
+/// Which of Prometheus' `extrapolatedRate` callers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extrapolated {
+    /// `rate`: a counter, per second.
+    Rate,
+    /// `increase`: a counter, over the range.
+    Increase,
+    /// `delta`: a gauge (no resets, may fall), over the range.
+    Delta,
+}
+
+/// Prometheus' `extrapolatedRate`: the change over the samples (for a counter, resets added
+/// back), extrapolated to the range edges (by at most half an average sample interval when the
+/// data stops short; a counter never below zero at the start); `None` with fewer than two
 /// samples.
-fn extrapolated_rate(pts: &[(i64, f64)], t_ms: i64, range_ms: i64, is_rate: bool) -> Option<f64> {
+fn extrapolated_rate(
+    pts: &[(i64, f64)],
+    t_ms: i64,
+    range_ms: i64,
+    kind: Extrapolated,
+) -> Option<f64> {
     if pts.len() < 2 {
         return None;
     }
+    let is_counter = kind != Extrapolated::Delta;
+    let is_rate = kind == Extrapolated::Rate;
     let (first_t, first_v) = pts[0];
     let (last_t, last_v) = pts[pts.len() - 1];
     let mut result = last_v - first_v;
-    for w in pts.windows(2) {
-        if w[1].1 < w[0].1 {
-            result += w[0].1;
+    if is_counter {
+        for w in pts.windows(2) {
+            if w[1].1 < w[0].1 {
+                result += w[0].1;
+            }
         }
     }
     let range_start = (t_ms - range_ms) as f64 / 1000.0;
@@ -107,7 +140,7 @@ fn extrapolated_rate(pts: &[(i64, f64)], t_ms: i64, range_ms: i64, is_rate: bool
     let mut to_end = range_end - last_t as f64 / 1000.0;
     let sampled = (last_t - first_t) as f64 / 1000.0;
     let average = sampled / (pts.len() - 1) as f64;
-    if result > 0.0 && first_v >= 0.0 {
+    if is_counter && result > 0.0 && first_v >= 0.0 {
         let to_zero = sampled * (first_v / result);
         if to_zero < to_start {
             to_start = to_zero;
@@ -128,6 +161,27 @@ fn extrapolated_rate(pts: &[(i64, f64)], t_ms: i64, range_ms: i64, is_rate: bool
         factor /= range_ms as f64 / 1000.0;
     }
     Some(result * factor)
+}
+
+/// Prometheus' `deriv`: the least-squares slope of the samples against their time, per
+/// second; `None` with fewer than two samples.
+fn slope(pts: &[(i64, f64)]) -> Option<f64> {
+    if pts.len() < 2 {
+        return None;
+    }
+    let t0 = pts[0].0;
+    let n = pts.len() as f64;
+    let (mut st, mut sv, mut stt, mut stv) = (0.0, 0.0, 0.0, 0.0);
+    for &(t, v) in pts {
+        let x = (t - t0) as f64 / 1000.0;
+        st += x;
+        sv += v;
+        stt += x * x;
+        stv += x * v;
+    }
+    let cov = stv - st * sv / n;
+    let var = stt - st * st / n;
+    (var > 0.0).then(|| cov / var)
 }
 
 fn histogram_quantile(call: &Call, store: &Store, t_ms: i64) -> Result<Value, PromqlError> {

@@ -137,6 +137,43 @@ fn rate_and_increase_extrapolate_like_prometheus() {
 }
 
 #[test]
+fn delta_and_deriv_follow_a_gauge_up_and_down() {
+    // A gauge sampled every 15 s in (0, 60]: 10, 40, 25, 55 at t = 15..60.
+    let mut s = Store::new();
+    let l = labels(&[("__name__", "g")]);
+    for (t, v) in [
+        (15_000, 10.0),
+        (30_000, 40.0),
+        (45_000, 25.0),
+        (60_000, 55.0),
+    ] {
+        s.push(&l, t, Some(v));
+    }
+    let at = |q: &str| evaluate_single(&parse(q).expect("parses"), &s, 60_000).expect("one value");
+    // delta: no reset handling (the fall 40 -> 25 is a fall), 45 over 45 s sampled,
+    // extrapolated over the whole minute as increase would: 45 × 60 / 45 = 60.
+    assert!((at("delta(g[1m])") - 60.0).abs() < 1e-9);
+    // increase reads the same fall as a counter reset: 45 + 40 = 85, extrapolated to the start
+    // only as far as the counter's zero (45 s × 10 / 85), so 85 × (45 + 45 × 10 / 85) / 45 = 95.
+    assert!((at("increase(g[1m])") - 95.0).abs() < 1e-9);
+    // deriv: the least-squares slope; x = 0, 15, 30, 45 s, mean 22.5; v mean 32.5;
+    // cov = Σ(x - 22.5)(v - 32.5) = (-22.5)(-22.5) + (-7.5)(7.5) + (7.5)(-7.5) + (22.5)(22.5)
+    // = 900; var = Σ(x - 22.5)² = 1125; slope 0.8 per second.
+    assert!((at("deriv(g[1m])") - 0.8).abs() < 1e-9);
+    // A falling gauge gives a negative delta.
+    let mut f = Store::new();
+    for (t, v) in [(15_000, 30.0), (60_000, 0.0)] {
+        f.push(&l, t, Some(v));
+    }
+    let got = evaluate_single(&parse("delta(g[1m])").expect("parses"), &f, 60_000).expect("one");
+    assert!(got < 0.0, "{got}");
+    // One sample: no value (the metric is skipped, never read as 0).
+    let mut one = Store::new();
+    one.push(&l, 60_000, Some(3.0));
+    assert!(evaluate_single(&parse("deriv(g[1m])").expect("parses"), &one, 60_000).is_err());
+}
+
+#[test]
 fn histogram_quantile_interpolates_in_the_bucket() {
     // Per pod at t = 60: buckets 40 (≤0.5), 120 (≤1), 160 (+Inf); summed over both pods: 80,
     // 240, 320. p50 = rank 160: in (0.5, 1], 80 of 160 → 0.75.

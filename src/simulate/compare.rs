@@ -29,8 +29,8 @@ pub enum Comparator {
     Keda,
     /// The clairvoyant lower bound.
     Ideal,
-    /// `ideal`'s peak bought one scrape after the first need, paying the start-up time: the
-    /// attainment no reactive policy can exceed.
+    /// Every replica `ideal` has needed so far, each bought one scrape after the need, paying
+    /// the start-up time: the attainment no policy without spare replicas can exceed.
     Reactive,
     /// The peak of `ideal` held all along.
     Static,
@@ -402,7 +402,6 @@ pub fn run_with(
                     period_ms,
                 },
                 settings.scrape_interval_ms,
-                peak,
             )),
             Comparator::Ideal => continue,
         };

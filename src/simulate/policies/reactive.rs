@@ -1,52 +1,56 @@
 //! `reactive`: an upper bound on the attainment of any policy that keeps no spare replicas
-//! (docs/simulate/README.md#comparators). It starts with the run's initial replicas and, at the
-//! first sync where `ideal` (clairvoyant about the coming interval) needs more than it has, it
-//! buys `ideal`'s peak for the rest of the run, written one scrape later (a real policy reads
-//! metrics a scrape old). Every replica it adds takes the start-up time to become Ready, as for
-//! every other policy of the run. No policy that reacts to the present can have more replicas
-//! Ready sooner after that first need, so where `reactive` misses the SLO (a cold start, a flash
-//! crowd), the target is out of reach without replicas kept in advance. Its cost is not a
-//! target (it keeps the peak).
+//! (docs/simulate/README.md#comparators). It starts with the run's initial replicas and keeps
+//! every replica `ideal` (clairvoyant about the coming interval only) has needed so far: at each
+//! sync it asks the most replicas `ideal` chose up to one scrape ago (a real policy reads
+//! metrics a scrape old), and never scales down. Every replica it adds takes the start-up time
+//! to become Ready, as for every other policy of the run. A policy that reacts to the present
+//! and keeps no replica beyond what the traffic so far needed cannot have more Ready sooner, so
+//! where `reactive` misses the SLO (a cold start, a flash crowd) the target is out of reach
+//! without replicas kept in advance (a forecast, or a standing margin). Its cost is not a target
+//! (it never scales down).
+
+use std::collections::VecDeque;
 
 use super::IdealPolicy;
 use crate::simulate::replay::{Autoscaler, View};
 
-/// `ideal`'s peak, bought one scrape after `ideal` first needs more than the fleet has.
+/// The most replicas `ideal` has needed so far, written one scrape after each need.
 #[derive(Debug)]
 pub struct ReactivePolicy {
     ideal: IdealPolicy,
-    /// Milliseconds between seeing the need and writing (one scrape interval).
+    /// Milliseconds between seeing a need and writing it (one scrape interval).
     delay_ms: i64,
-    /// `ideal`'s peak, replicas.
-    peak: i32,
     /// The replicas at the start.
     initial: i32,
-    /// When `ideal` first needed more than `initial`, ms.
-    needed_at: Option<i64>,
+    /// `ideal`'s choices not yet seen, (ms, replicas), oldest first.
+    pending: VecDeque<(i64, i32)>,
+    /// The most replicas `ideal` chose among the choices seen.
+    held: i32,
 }
 
 impl ReactivePolicy {
-    /// The bound for `ideal`'s sizing and its `peak` (replicas), written `delay_ms`
-    /// milliseconds after the first need.
-    pub fn new(ideal: IdealPolicy, delay_ms: i64, peak: i32) -> Self {
+    /// The bound for `ideal`'s sizing, writing each need `delay_ms` milliseconds after it.
+    pub fn new(ideal: IdealPolicy, delay_ms: i64) -> Self {
         Self {
             ideal,
             delay_ms: delay_ms.max(0),
-            peak,
             initial: 0,
-            needed_at: None,
+            pending: VecDeque::new(),
+            held: 0,
         }
     }
 
     /// The replicas at `now_ms` given `ideal`'s choice for the coming interval.
     fn replicas(&mut self, now_ms: i64, chosen: i32) -> i32 {
-        if self.needed_at.is_none() && chosen > self.initial {
-            self.needed_at = Some(now_ms);
+        self.pending.push_back((now_ms, chosen));
+        while let Some(&(at, n)) = self.pending.front() {
+            if at + self.delay_ms > now_ms {
+                break;
+            }
+            self.held = self.held.max(n);
+            self.pending.pop_front();
         }
-        match self.needed_at {
-            Some(at) if now_ms >= at + self.delay_ms => self.peak.max(self.initial),
-            Some(_) | None => self.initial,
-        }
+        self.held.max(self.initial)
     }
 }
 
@@ -74,19 +78,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buys_the_peak_one_scrape_after_the_first_need() {
+    fn keeps_the_most_needed_so_far_one_scrape_late() {
         let ideal = IdealPolicy {
             min_replicas: 1,
             max_replicas: 128,
             period_ms: 15_000,
         };
-        let mut policy = ReactivePolicy::new(ideal, 15_000, 64);
+        let mut policy = ReactivePolicy::new(ideal, 15_000);
         policy.warm_start(2);
-        // ideal needs 2, 2, then 5 at 30 s: the peak (64) is written at 45 s and kept.
+        // ideal needs 2, 1, then 5 at 30 s, 3, then 9 at 60 s (a flash crowd): each need is
+        // written one scrape (15 s) later and kept; nothing is bought before it is needed.
         assert_eq!(policy.replicas(0, 2), 2);
         assert_eq!(policy.replicas(15_000, 1), 2);
         assert_eq!(policy.replicas(30_000, 5), 2);
-        assert_eq!(policy.replicas(45_000, 3), 64);
-        assert_eq!(policy.replicas(60_000, 1), 64);
+        assert_eq!(policy.replicas(45_000, 3), 5);
+        assert_eq!(policy.replicas(60_000, 9), 5);
+        assert_eq!(policy.replicas(75_000, 1), 9);
+        assert_eq!(policy.replicas(90_000, 1), 9);
     }
 }
