@@ -282,11 +282,14 @@ pub struct Capacity {
     pub max_queue_wait_seconds: Option<String>,
     /// Optional PromQL instant query returning one series: requests waiting in the fleet, e.g.
     /// `sum(vllm:num_requests_waiting{app="vllm"})`. The backlog counts as
-    /// `backlog / backlogSeconds` more requests per second.
+    /// `backlog / max(backlogSeconds, start-up time)` more requests per second (the start-up
+    /// time in force with `spec.startup`, 0 without).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 8192))]
     pub backlog_query: Option<String>,
-    /// Seconds within which a backlog should be served, 1 to 3600. Default 60.
+    /// Seconds within which a backlog should be served, 1 to 3600. Default 60. With
+    /// `spec.startup`, at least the start-up time in force (added replicas serve it only once
+    /// Ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 3600))]
     pub backlog_seconds: Option<i32>,

@@ -10,7 +10,7 @@
 //! 2. one pod's vLLM process stopped (`SIGSTOP`): the fleet holds and `ScalingActive` names the
 //!    pod;
 //! 3. a scale-down **with requests in flight on the pod removed**, with `scaleDown.drain` and
-//!    `--shutdown-timeout 30`: 16 closed-loop clients (half streaming) keep every pod running
+//!    `--shutdown-timeout 30`: `CUT_CLIENTS` (24) closed-loop clients (half streaming) keep every pod running
 //!    and queueing long completions, then `maxReplicas` is cut to 1 (a lowered maximum is
 //!    drained like any scale-down, docs/scale-down.md#drain). Asserted: every pod had requests
 //!    running and waiting at the cut, the removed pods finished both streaming and

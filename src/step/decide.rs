@@ -132,7 +132,9 @@ impl Scaler {
             None => (None, None),
         };
         let extras = Extras {
-            capacity: CapacityModel::from_spec(spec).zip(observed.capacity.clone()),
+            capacity: CapacityModel::from_spec(spec)
+                .map(|m| m.with_startup(startup_s))
+                .zip(observed.capacity.clone()),
             objective,
             hold_metric_scale_up: startup::holds_scale_up(
                 spec,

@@ -8,8 +8,9 @@
 //! - LLMScaler: `syncPeriodSeconds`, `retryPeriodSeconds`,
 //!   `scaleDown.stabilizationWindowSeconds`, `scaleDown.drain.drainSeconds`,
 //!   `startup.initialSeconds`; range selectors of every
-//!   query (`[30s]` → `[2s]` at speed 15); a query with `rate(` and no `histogram_quantile`
-//!   (a ratio of rates, unitless) is divided by `speed`.
+//!   query (`[30s]` → `[2s]` at speed 15); every call of a per-second function (`rate`,
+//!   `irate`, `deriv`) is divided by `speed`, call by call (a `delta` or `increase` over the
+//!   compressed window is already a trace-time count; a quantile or ratio of rates is unchanged).
 //! - KEDA ScaledObject: one Prometheus trigger per metric of the metrics-only LLMScaler, as the
 //!   offline replay's KEDA model reads them (`avg(X)` → `sum(X)`, `AverageValue`; any other
 //!   query → `Value`), `pollingInterval` 30 s ÷ speed, and the HPA's default behavior with
@@ -79,11 +80,40 @@ impl Compression {
             rest = &rest[close..];
         }
         out.push_str(rest);
-        if query.contains("rate(") && !query.contains("histogram_quantile") {
-            format!("({out}) / {}", self.speed)
-        } else {
-            out
+        self.per_second_calls(&out)
+    }
+
+    /// `query` with every call of a per-second function (`rate`, `irate`, `deriv`) divided by
+    /// the speed, call by call: Prometheus takes them per wall second. A count over a window
+    /// (`delta`, `increase`, `*_over_time`) is the same count in trace time and stays as it is,
+    /// so `sum(rate(c[2s])) + sum(delta(g[2s])) / 30` divides only its first term. A quantile or
+    /// a ratio of rates is unchanged by the division.
+    fn per_second_calls(self, query: &str) -> String {
+        const PER_SECOND: &[&str] = &["rate(", "irate(", "deriv("];
+        let bytes = query.as_bytes();
+        let mut out = String::with_capacity(query.len() + 16);
+        let mut i = 0;
+        while i < query.len() {
+            let starts_call = (i == 0 || !is_ident(bytes[i - 1]))
+                .then(|| PER_SECOND.iter().find(|f| query[i..].starts_with(**f)))
+                .flatten();
+            let Some(name) = starts_call else {
+                let ch = query[i..].chars().next().unwrap_or(' ');
+                out.push(ch);
+                i += ch.len_utf8();
+                continue;
+            };
+            let open = i + name.len() - 1;
+            let Some(close) = matching_paren(query, open) else {
+                // Unbalanced: left as written (the API refuses it, not this program).
+                out.push_str(&query[i..]);
+                break;
+            };
+            let inner = self.per_second_calls(&query[open + 1..close]);
+            out.push_str(&format!("({}{inner}) / {})", &query[i..=open], self.speed));
+            i = close + 1;
         }
+        out
     }
 
     /// The LLMScaler of `manifest` (trace-time settings) for the compressed run: namespace
@@ -239,6 +269,42 @@ fn per_pod(query: &str) -> Option<&str> {
     (depth == 0).then_some(inner)
 }
 
+/// Whether `b` can be part of a PromQL identifier (so `irate(` is not read as `rate(`).
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b':'
+}
+
+/// The index of the `)` closing the `(` at `open` in `query`, skipping quoted label values;
+/// `None` when it is never closed.
+fn matching_paren(query: &str, open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, ch) in query[open..].char_indices() {
+        if let Some(q) = quote {
+            match ch {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                c if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match ch {
+            '"' | '\'' | '`' => quote = Some(ch),
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open + i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Milliseconds of a PromQL duration of one unit (`30s`, `1m`, `500ms`, `1h`); `None` for
 /// anything else (subqueries, compound durations).
 fn duration_ms(text: &str) -> Option<i64> {
@@ -287,13 +353,23 @@ mod tests {
     fn queries_are_compressed() {
         assert_eq!(
             C.query(r#"sum(rate(vllm:request_success_total{app="vllm"}[30s]))"#),
-            r#"(sum(rate(vllm:request_success_total{app="vllm"}[2s]))) / 15"#
+            r#"sum((rate(vllm:request_success_total{app="vllm"}[2s]) / 15))"#
         );
+        // Only the per-second term is divided: a delta is a count over its (compressed) window.
+        assert_eq!(
+            C.query("sum(rate(c[30s])) + (sum(delta(g[30s])) + sum(irate(h[1m]))) / 30"),
+            "sum((rate(c[2s]) / 15)) + (sum(delta(g[2s])) + sum((irate(h[4s]) / 15))) / 30"
+        );
+        assert_eq!(
+            C.query(r#"sum(rate(a{l="x)rate("}[30s])) / sum(rate(b[30s]))"#),
+            r#"sum((rate(a{l="x)rate("}[2s]) / 15)) / sum((rate(b[2s]) / 15))"#
+        );
+        assert_eq!(C.query("sum(generate(x))"), "sum(generate(x))");
         assert_eq!(
             C.query(
                 "(histogram_quantile(0.9, sum by (le) (rate(x_bucket[1m]))) >= 0) or vector(0)"
             ),
-            "(histogram_quantile(0.9, sum by (le) (rate(x_bucket[4s]))) >= 0) or vector(0)"
+            "(histogram_quantile(0.9, sum by (le) ((rate(x_bucket[4s]) / 15))) >= 0) or vector(0)"
         );
         assert_eq!(C.query("avg(y[10s])"), "avg(y[667ms])");
         assert_eq!(C.query("avg(z)"), "avg(z)");
@@ -354,7 +430,7 @@ mod tests {
         assert_eq!(spec["triggers"][0]["metricType"], "AverageValue");
         assert_eq!(
             spec["triggers"][1]["metadata"]["query"],
-            "(sum(rate(t[4s])) / count(r)) / 15"
+            "sum((rate(t[4s]) / 15)) / count(r)"
         );
         assert_eq!(spec["triggers"][1]["metricType"], "Value");
         let behavior = &spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"];
