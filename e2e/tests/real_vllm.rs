@@ -10,11 +10,11 @@
 //! 2. one pod's vLLM process stopped (`SIGSTOP`): the fleet holds and `ScalingActive` names the
 //!    pod;
 //! 3. a scale-down **with requests in flight on the pod removed**, with `scaleDown.drain` and
-//!    `--shutdown-timeout 30`: `CUT_CLIENTS` (24) closed-loop clients (half streaming) keep every pod running
-//!    and queueing long completions, then `maxReplicas` is cut to 1 (a lowered maximum is
-//!    drained like any scale-down, docs/scale-down.md#drain). Asserted: every pod had requests
-//!    running and waiting at the cut, the removed pods finished both streaming and
-//!    non-streaming requests while they drained, and 0 requests failed or hung;
+//!    `--shutdown-timeout 30`: [`CUT_CLIENTS`] (24) closed-loop clients (half streaming) keep
+//!    every pod running and queueing long completions, then `maxReplicas` is cut to 1 (a
+//!    lowered maximum is drained like any scale-down, docs/scale-down.md#drain). Asserted:
+//!    every pod had requests running and waiting at the cut, the removed pods finished both
+//!    streaming and non-streaming requests while they drained, and 0 requests failed or hung;
 //! 4. the same cut without drain and with vLLM's default shutdown (`--shutdown-timeout 0`): the
 //!    in-flight precondition is asserted (the removed pod had requests running when it was
 //!    deleted); what is lost is counted per kind and printed (not asserted: it is the figure the

@@ -5,7 +5,7 @@
 //! The recommendation depends on the arrival rate, not on how loaded the Ready replicas are, so
 //! replicas requested but still starting count as the capacity they will be: a queue that grows
 //! while they start does not raise it again (only the optional backlog term sees the queue, and
-//! spreads it over `backlogSeconds`).
+//! spreads it over `max(backlogSeconds, start-up time)`).
 //!
 //! Source: A. K. Erlang's delay formula (Erlang C) via the Erlang B recursion, e.g. Kleinrock,
 //! "Queueing Systems", vol. 1, §3.5.

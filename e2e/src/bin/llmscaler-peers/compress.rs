@@ -3,7 +3,11 @@
 //! control loops is divided by `speed`, and every per-second rate a query computes (which
 //! Prometheus takes per wall second) is divided by `speed` to read in trace seconds again.
 //! Quantities of the model's own time (TTFT targets, `maxQueueWaitSeconds`, `backlogSeconds`,
-//! which divide trace-time counts) stay as they are.
+//! which divide trace-time counts) stay as they are. One mix of units is left: the operator
+//! spreads the capacity backlog over `max(backlogSeconds, start-up)`, and the start-up it
+//! measures is in wall seconds (90 s → 6 s at speed 15), so in a compressed run the backlog
+//! is spread over `backlogSeconds` alone where the offline replay uses the start-up time
+//! (docs/scaling.md#capacity-recommender).
 //!
 //! - LLMScaler: `syncPeriodSeconds`, `retryPeriodSeconds`,
 //!   `scaleDown.stabilizationWindowSeconds`, `scaleDown.drain.drainSeconds`,
@@ -55,8 +59,8 @@ impl Compression {
         }
     }
 
-    /// `query` with its range selectors divided by the speed, and divided by the speed itself
-    /// when it is a per-second rate.
+    /// `query` with its range selectors divided by the speed, and each of its per-second calls
+    /// ([`Self::per_second_calls`]) divided by the speed.
     pub(crate) fn query(self, query: &str) -> String {
         let mut out = String::with_capacity(query.len() + 8);
         let mut rest = query;
@@ -87,23 +91,39 @@ impl Compression {
     /// the speed, call by call: Prometheus takes them per wall second. A count over a window
     /// (`delta`, `increase`, `*_over_time`) is the same count in trace time and stays as it is,
     /// so `sum(rate(c[2s])) + sum(delta(g[2s])) / 30` divides only its first term. A quantile or
-    /// a ratio of rates is unchanged by the division.
+    /// a ratio of rates is unchanged by the division. Quoted label values are copied as they
+    /// are.
     fn per_second_calls(self, query: &str) -> String {
-        const PER_SECOND: &[&str] = &["rate(", "irate(", "deriv("];
+        const PER_SECOND: &[&str] = &["rate", "irate", "deriv"];
         let bytes = query.as_bytes();
         let mut out = String::with_capacity(query.len() + 16);
         let mut i = 0;
         while i < query.len() {
-            let starts_call = (i == 0 || !is_ident(bytes[i - 1]))
-                .then(|| PER_SECOND.iter().find(|f| query[i..].starts_with(**f)))
+            if matches!(bytes[i], b'"' | b'\'' | b'`') {
+                let end = closing_quote(query, i).map_or(query.len(), |q| q + 1);
+                out.push_str(&query[i..end]);
+                i = end;
+                continue;
+            }
+            // A call: the name at an identifier boundary, then optional blanks, then `(`.
+            let open = (i == 0 || !is_ident(bytes[i - 1]))
+                .then(|| {
+                    PER_SECOND.iter().find_map(|f| {
+                        let after = query[i..].strip_prefix(f)?;
+                        let blanks = after.len() - after.trim_start().len();
+                        after
+                            .trim_start()
+                            .starts_with('(')
+                            .then_some(i + f.len() + blanks)
+                    })
+                })
                 .flatten();
-            let Some(name) = starts_call else {
+            let Some(open) = open else {
                 let ch = query[i..].chars().next().unwrap_or(' ');
                 out.push(ch);
                 i += ch.len_utf8();
                 continue;
             };
-            let open = i + name.len() - 1;
             let Some(close) = matching_paren(query, open) else {
                 // Unbalanced: left as written (the API refuses it, not this program).
                 out.push_str(&query[i..]);
@@ -277,30 +297,39 @@ fn is_ident(b: u8) -> bool {
 /// The index of the `)` closing the `(` at `open` in `query`, skipping quoted label values;
 /// `None` when it is never closed.
 fn matching_paren(query: &str, open: usize) -> Option<usize> {
+    let bytes = query.as_bytes();
     let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for (i, ch) in query[open..].char_indices() {
-        if let Some(q) = quote {
-            match ch {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                c if c == q => quote = None,
-                _ => {}
-            }
-            continue;
-        }
-        match ch {
-            '"' | '\'' | '`' => quote = Some(ch),
-            '(' => depth += 1,
-            ')' => {
+    let mut i = open;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' | b'\'' | b'`' => i = closing_quote(query, i)?,
+            b'(' => depth += 1,
+            b')' => {
                 depth -= 1;
                 if depth == 0 {
-                    return Some(open + i);
+                    return Some(i);
                 }
             }
             _ => {}
         }
+        i += 1;
+    }
+    None
+}
+
+/// The index of the quote closing the one at `start` in `query` (PromQL strings: `\` escapes
+/// in `"` and `'` strings, none in raw `` ` `` strings); `None` when it is never closed.
+fn closing_quote(query: &str, start: usize) -> Option<usize> {
+    let bytes = query.as_bytes();
+    let quote = bytes[start];
+    let mut i = start + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if quote != b'`' => i += 1,
+            b if b == quote => return Some(i),
+            _ => {}
+        }
+        i += 1;
     }
     None
 }
@@ -365,6 +394,11 @@ mod tests {
             r#"sum((rate(a{l="x)rate("}[2s]) / 15)) / sum((rate(b[2s]) / 15))"#
         );
         assert_eq!(C.query("sum(generate(x))"), "sum(generate(x))");
+        // A call's name in a label value is not a call; a blank before `(` is.
+        assert_eq!(
+            C.query(r#"sum(rate (a{l="rate(1)", m='\'rate('}[30s]))"#),
+            r#"sum((rate (a{l="rate(1)", m='\'rate('}[2s]) / 15))"#
+        );
         assert_eq!(
             C.query(
                 "(histogram_quantile(0.9, sum by (le) (rate(x_bucket[1m]))) >= 0) or vector(0)"
