@@ -1,13 +1,12 @@
-//! `reactive`: an upper bound on the attainment of any policy that keeps no spare replicas
-//! (docs/simulate/README.md#comparators). It starts with the run's initial replicas and keeps
+//! `reactive`: the attainment of a policy that keeps no spare replicas and buys nothing for a
+//! backlog (docs/simulate/README.md#comparators). It starts with the run's initial replicas and keeps
 //! every replica `ideal` (clairvoyant about the coming interval only) has needed so far: at each
 //! sync it asks the most replicas `ideal` chose up to one scrape ago (a real policy reads
 //! metrics a scrape old), and never scales down. Every replica it adds takes the start-up time
-//! to become Ready, as for every other policy of the run. A policy that reacts to the present
-//! and keeps no replica beyond what the traffic so far needed cannot have more Ready sooner, so
-//! where `reactive` misses the SLO (a cold start, a flash crowd) the target is out of reach
-//! without replicas kept in advance (a forecast, or a standing margin). Its cost is not a target
-//! (it never scales down).
+//! to become Ready, as for every other policy of the run. It is not an upper bound: a policy
+//! that also buys replicas for the queue piled up while others start serves it sooner (the
+//! recommended scaler passes it on cold starts of the conversation trace). Its cost is not a
+//! target (it never scales down).
 
 use std::collections::VecDeque;
 
