@@ -21,7 +21,11 @@
 //!   every window and policy period ÷ speed (tolerance 0.1 stays; the HPA sync period is the
 //!   controller-manager's flag, set by `bench/peers`).
 
-use anyhow::{Context, bail};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use promql_parser::parser::token::{self, TokenType};
+use promql_parser::parser::{self, BinaryExpr, Expr, ParenExpr};
 use serde_json::{Value, json};
 
 /// LLMScaler fields holding seconds that this module knows how to treat.
@@ -59,81 +63,78 @@ impl Compression {
         }
     }
 
-    /// `query` with its range selectors divided by the speed, and each of its per-second calls
-    /// ([`Self::per_second_calls`]) divided by the speed.
-    pub(crate) fn query(self, query: &str) -> String {
-        let mut out = String::with_capacity(query.len() + 8);
-        let mut rest = query;
-        while let Some(open) = rest.find('[') {
-            out.push_str(&rest[..=open]);
-            rest = &rest[open + 1..];
-            let Some(close) = rest.find(']') else { break };
-            let inside = &rest[..close];
-            match duration_ms(inside) {
-                Some(ms) => {
-                    #[allow(clippy::cast_possible_truncation)]
-                    let wall_ms = (ms as f64 / self.speed).round() as i64;
-                    if wall_ms % 1000 == 0 {
-                        out.push_str(&format!("{}s", wall_ms / 1000));
-                    } else {
-                        out.push_str(&format!("{wall_ms}ms"));
-                    }
-                }
-                None => out.push_str(inside),
-            }
-            rest = &rest[close..];
-        }
-        out.push_str(rest);
-        self.per_second_calls(&out)
+    /// `query` with its range selectors divided by the speed (`[30s]` → `[2s]` at speed 15)
+    /// and every call of a per-second function (`rate`, `irate`, `deriv`) divided by the
+    /// speed, call by call: Prometheus takes them per wall second. A count over a window
+    /// (`delta`, `increase`, `*_over_time`) is the same count in trace time and stays as it is,
+    /// so `sum(rate(c[30s])) + sum(delta(g[30s])) / 30` divides only its first term. A quantile
+    /// or a ratio of rates is unchanged by the division. A subquery's range and step stay as
+    /// they are. Printed by the parser, so spacing may differ from the input.
+    ///
+    /// # Errors
+    /// A query the PromQL parser refuses.
+    pub(crate) fn query(self, query: &str) -> anyhow::Result<String> {
+        let mut expr = parser::parse(query).map_err(|e| anyhow!("query {query:?}: {e}"))?;
+        self.compress(&mut expr);
+        Ok(expr.to_string())
     }
 
-    /// `query` with every call of a per-second function (`rate`, `irate`, `deriv`) divided by
-    /// the speed, call by call: Prometheus takes them per wall second. A count over a window
-    /// (`delta`, `increase`, `*_over_time`) is the same count in trace time and stays as it is,
-    /// so `sum(rate(c[2s])) + sum(delta(g[2s])) / 30` divides only its first term. A quantile or
-    /// a ratio of rates is unchanged by the division. Quoted label values are copied as they
-    /// are.
-    fn per_second_calls(self, query: &str) -> String {
+    /// [`Self::query`] on the parsed expression, in place.
+    fn compress(self, expr: &mut Expr) {
         const PER_SECOND: &[&str] = &["rate", "irate", "deriv"];
-        let bytes = query.as_bytes();
-        let mut out = String::with_capacity(query.len() + 16);
-        let mut i = 0;
-        while i < query.len() {
-            if matches!(bytes[i], b'"' | b'\'' | b'`') {
-                let end = closing_quote(query, i).map_or(query.len(), |q| q + 1);
-                out.push_str(&query[i..end]);
-                i = end;
-                continue;
+        let per_second = match expr {
+            Expr::Aggregate(a) => {
+                self.compress(&mut a.expr);
+                if let Some(param) = a.param.as_mut() {
+                    self.compress(param);
+                }
+                false
             }
-            // A call: the name at an identifier boundary, then optional blanks, then `(`.
-            let open = (i == 0 || !is_ident(bytes[i - 1]))
-                .then(|| {
-                    PER_SECOND.iter().find_map(|f| {
-                        let after = query[i..].strip_prefix(f)?;
-                        let blanks = after.len() - after.trim_start().len();
-                        after
-                            .trim_start()
-                            .starts_with('(')
-                            .then_some(i + f.len() + blanks)
-                    })
-                })
-                .flatten();
-            let Some(open) = open else {
-                let ch = query[i..].chars().next().unwrap_or(' ');
-                out.push(ch);
-                i += ch.len_utf8();
-                continue;
-            };
-            let Some(close) = matching_paren(query, open) else {
-                // Unbalanced: left as written (the API refuses it, not this program).
-                out.push_str(&query[i..]);
-                break;
-            };
-            let inner = self.per_second_calls(&query[open + 1..close]);
-            out.push_str(&format!("({}{inner}) / {})", &query[i..=open], self.speed));
-            i = close + 1;
+            Expr::Unary(u) => {
+                self.compress(&mut u.expr);
+                false
+            }
+            Expr::Binary(b) => {
+                self.compress(&mut b.lhs);
+                self.compress(&mut b.rhs);
+                false
+            }
+            Expr::Paren(p) => {
+                self.compress(&mut p.expr);
+                false
+            }
+            Expr::Subquery(q) => {
+                self.compress(&mut q.expr);
+                false
+            }
+            Expr::MatrixSelector(m) => {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let ms = (m.range.as_millis() as f64 / self.speed).round() as u64;
+                m.range = Duration::from_millis(ms);
+                false
+            }
+            Expr::Call(call) => {
+                for arg in &mut call.args.args {
+                    self.compress(arg);
+                }
+                PER_SECOND.contains(&call.func.name)
+            }
+            Expr::NumberLiteral(_)
+            | Expr::StringLiteral(_)
+            | Expr::VectorSelector(_)
+            | Expr::Extension(_) => false,
+        };
+        if per_second {
+            let call = std::mem::replace(expr, Expr::from(0.0));
+            *expr = Expr::Paren(ParenExpr {
+                expr: Box::new(Expr::Binary(BinaryExpr {
+                    op: TokenType::new(token::T_DIV),
+                    lhs: Box::new(call),
+                    rhs: Box::new(Expr::from(self.speed)),
+                    modifier: None,
+                })),
+            });
         }
-        out
     }
 
     /// The LLMScaler of `manifest` (trace-time settings) for the compressed run: namespace
@@ -178,7 +179,7 @@ impl Compression {
         if let Some(cap) = spec.get_mut("capacity").and_then(Value::as_object_mut) {
             for key in ["arrivalRateQuery", "backlogQuery"] {
                 if let Some(q) = cap.get(key).and_then(Value::as_str) {
-                    let q = self.query(q);
+                    let q = self.query(q)?;
                     cap.insert(key.into(), json!(q));
                 }
             }
@@ -190,7 +191,7 @@ impl Compression {
             .flatten()
         {
             if let Some(q) = metric.get("query").and_then(Value::as_str) {
-                let q = self.query(q);
+                let q = self.query(q)?;
                 metric["query"] = json!(q);
             }
         }
@@ -230,7 +231,7 @@ impl Compression {
                 "metricType": metric_type,
                 "metadata": {
                     "serverAddress": prometheus,
-                    "query": self.query(&query),
+                    "query": self.query(&query)?,
                     "threshold": target,
                 },
             }));
@@ -289,67 +290,6 @@ fn per_pod(query: &str) -> Option<&str> {
     (depth == 0).then_some(inner)
 }
 
-/// Whether `b` can be part of a PromQL identifier (so `irate(` is not read as `rate(`).
-fn is_ident(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b':'
-}
-
-/// The index of the `)` closing the `(` at `open` in `query`, skipping quoted label values;
-/// `None` when it is never closed.
-fn matching_paren(query: &str, open: usize) -> Option<usize> {
-    let bytes = query.as_bytes();
-    let mut depth = 0usize;
-    let mut i = open;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' | b'\'' | b'`' => i = closing_quote(query, i)?,
-            b'(' => depth += 1,
-            b')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i);
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    None
-}
-
-/// The index of the quote closing the one at `start` in `query` (PromQL strings: `\` escapes
-/// in `"` and `'` strings, none in raw `` ` `` strings); `None` when it is never closed.
-fn closing_quote(query: &str, start: usize) -> Option<usize> {
-    let bytes = query.as_bytes();
-    let quote = bytes[start];
-    let mut i = start + 1;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' if quote != b'`' => i += 1,
-            b if b == quote => return Some(i),
-            _ => {}
-        }
-        i += 1;
-    }
-    None
-}
-
-/// Milliseconds of a PromQL duration of one unit (`30s`, `1m`, `500ms`, `1h`); `None` for
-/// anything else (subqueries, compound durations).
-fn duration_ms(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit())?;
-    let n: i64 = text[..digits].parse().ok()?;
-    let unit = match &text[digits..] {
-        "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return None,
-    };
-    Some(n * unit)
-}
-
 /// Refuses a field named `*Seconds` that is not in [`KNOWN_SECONDS`].
 fn check_known_seconds(value: &Value, path: &str) -> anyhow::Result<()> {
     match value {
@@ -378,39 +318,35 @@ mod tests {
 
     const C: Compression = Compression { speed: 15.0 };
 
+    fn q(query: &str) -> String {
+        C.query(query).expect("a valid query")
+    }
+
     #[test]
     fn queries_are_compressed() {
         assert_eq!(
-            C.query(r#"sum(rate(vllm:request_success_total{app="vllm"}[30s]))"#),
+            q(r#"sum(rate(vllm:request_success_total{app="vllm"}[30s]))"#),
             r#"sum((rate(vllm:request_success_total{app="vllm"}[2s]) / 15))"#
         );
-        // Only the per-second term is divided: a delta is a count over its (compressed) window.
+        // Only the per-second terms are divided: a delta is a count over its (compressed) window.
         assert_eq!(
-            C.query("sum(rate(c[30s])) + (sum(delta(g[30s])) + sum(irate(h[1m]))) / 30"),
+            q("sum(rate(c[30s])) + (sum(delta(g[30s])) + sum(irate(h[1m]))) / 30"),
             "sum((rate(c[2s]) / 15)) + (sum(delta(g[2s])) + sum((irate(h[4s]) / 15))) / 30"
         );
+        // A call's name in a label value is not a call; a ratio of rates is divided on both sides.
         assert_eq!(
-            C.query(r#"sum(rate(a{l="x)rate("}[30s])) / sum(rate(b[30s]))"#),
+            q(r#"sum(rate(a{l="x)rate("}[30s])) / sum(rate (b[30s]))"#),
             r#"sum((rate(a{l="x)rate("}[2s]) / 15)) / sum((rate(b[2s]) / 15))"#
         );
-        assert_eq!(C.query("sum(generate(x))"), "sum(generate(x))");
-        // A call's name in a label value is not a call; a blank before `(` is.
         assert_eq!(
-            C.query(r#"sum(rate (a{l="rate(1)", m='\'rate('}[30s]))"#),
-            r#"sum((rate (a{l="rate(1)", m='\'rate('}[2s]) / 15))"#
-        );
-        assert_eq!(
-            C.query(
-                "(histogram_quantile(0.9, sum by (le) (rate(x_bucket[1m]))) >= 0) or vector(0)"
-            ),
+            q("(histogram_quantile(0.9, sum by (le) (rate(x_bucket[1m]))) >= 0) or vector(0)"),
             "(histogram_quantile(0.9, sum by (le) ((rate(x_bucket[4s]) / 15))) >= 0) or vector(0)"
         );
-        assert_eq!(C.query("avg(y[10s])"), "avg(y[667ms])");
-        assert_eq!(C.query("avg(z)"), "avg(z)");
-        assert_eq!(
-            C.query("max_over_time(z[5m:1m])"),
-            "max_over_time(z[5m:1m])"
-        );
+        assert_eq!(q("avg_over_time(y[10s])"), "avg_over_time(y[667ms])");
+        assert_eq!(q("avg(z)"), "avg(z)");
+        assert_eq!(q("max_over_time(z[5m:1m])"), "max_over_time(z[5m:1m])");
+        let err = C.query("sum(generate(x))").expect_err("unknown function");
+        assert!(err.to_string().contains("sum(generate(x))"), "{err}");
     }
 
     #[test]
