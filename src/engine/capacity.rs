@@ -216,15 +216,18 @@ mod tests {
         assert_eq!(replicas_for_wait(1e300, 4.5, 0.5, i32::MAX), i32::MAX);
     }
 
+    /// The recommended scaler's model: μ 4.5 requests/s, a 0.5 s wait, the backlog over 60 s.
+    const CONV: CapacityModel = CapacityModel {
+        replica_rate: 4.5,
+        max_wait_s: 0.5,
+        backlog_s: 60.0,
+    };
+
     #[test]
     fn a_backlog_is_spread_over_the_start_up_time_when_it_is_longer() {
         // The conversation trace's flash crowd at scale 1 (docs/scaling.md#capacity-recommender):
         // 25.1 requests/s arriving, 289 waiting on 2 Ready replicas, start-up 90 s.
-        let model = CapacityModel {
-            replica_rate: 4.5,
-            max_wait_s: 0.5,
-            backlog_s: 60.0,
-        };
+        let model = CONV;
         // Over 60 s: λ = 25.1 + 4.82 = 29.92 → 8 replicas.
         assert_eq!(model.replicas(25.1, 289.0, 128), 8);
         // Over the 90 s the added replicas take to start: λ = 25.1 + 3.21 = 28.31 → 7.
@@ -238,11 +241,7 @@ mod tests {
 
     #[test]
     fn the_backlog_adds_its_spread_rate_and_bad_readings_skip() {
-        let model = CapacityModel {
-            replica_rate: 4.5,
-            max_wait_s: 0.5,
-            backlog_s: 60.0,
-        };
+        let model = CONV;
         // 5 req/s + 180 waiting over 60 s = 8 req/s.
         assert_eq!(model.replicas(5.0, 180.0, 128), 3);
         let ok = CapacityInput::<String> {
