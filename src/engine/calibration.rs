@@ -257,10 +257,14 @@ impl Calibration {
         let correction = self.correction.unwrap_or(1.0);
         let output = self.mix.map(|(_, o)| o);
         let line = fit(&self.pairs);
+        // A replica prefills its prompts one after another (chunk by chunk), so it completes
+        // at most one request per unqueued TTFT: the line, which sees the decoders only, may
+        // not extrapolate past that (a prefill-bound mix of long prompts and short outputs).
+        let prefill_bound = self.floor.map_or(f64::INFINITY, |f| 1.0 / f);
         let at = |n: f64| -> Option<f64> {
             let (a, b) = line?;
             let step = a + b * n;
-            let mu = n / (output? * step);
+            let mu = (n / (output? * step)).min(prefill_bound);
             (mu.is_finite() && mu > 0.0).then_some(mu)
         };
         let fresh = if let Some(s) = self.saturated {
@@ -427,6 +431,52 @@ mod tests {
         // Prompt tokens per second at that mix: 4.77 × 1155 = 5,506.
         let tokens = e.prompt_tokens_per_second.unwrap();
         assert!((tokens - 5506.0).abs() < 30.0, "{tokens}");
+    }
+
+    #[test]
+    fn a_prefill_bound_mix_is_not_extrapolated_past_one_request_per_unqueued_ttft() {
+        // The code mix: 2,048-token prompts, 28 output tokens, on the step line of `conv`.
+        // Two replicas with `r` decoders each complete `2 × r / (28 × T(r))` requests/s
+        // (Little's law); r = 0.2 … 1.0 gives at most 2.79 per replica. The decoders alone
+        // extrapolate to 64 / (28 × 0.0636) = 35.9 requests/s at the batch limit; but a replica
+        // prefills one prompt after another, and an unqueued request takes 0.25 s to its
+        // first token: at most 1 / 0.25 = 4 requests/s.
+        let code = |running: f64, waiting: f64| {
+            let t = 0.012 + 0.000_806 * running;
+            let completions = 2.0 * running / (28.0 * t);
+            Evidence {
+                completions,
+                prompt_tokens: completions * 2048.0,
+                generation_tokens: completions * 28.0,
+                waiting: 2.0 * waiting,
+                running: 2.0 * running,
+                replicas: 2.0,
+                max_running: running,
+                max_waiting: waiting,
+                min_waiting: waiting,
+                inter_token: Some(t),
+                ttft_mean: Some(0.25),
+                kv_usage: 0.0,
+            }
+        };
+        let mut next = every_15_s();
+        let mut c = Calibration::default();
+        for r in [
+            0.2, 0.2, 0.2, 0.2, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+        ] {
+            c.observe(&code(r, 0.0), next(), true, Some(false));
+        }
+        let queued = Evidence {
+            max_waiting: 1.0,
+            max_running: 64.0,
+            ..code(1.0, 0.0)
+        };
+        c.observe(&queued, next(), true, None);
+        c.observe(&queued, next(), true, None);
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Calibrated);
+        assert!((e.lower_bound - 2.79).abs() < 0.01, "{e:?}");
+        assert!((e.requests_per_second - 4.0).abs() < 1e-9, "{e:?}");
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //!
 //! The demand `λ` is the larger of the request path (completions/s) and the token path (prompt
 //! tokens/s over the mean prompt of the calibration: a burst of long prompts counts for what it
-//! costs), plus the queue spread over `max(start-up, 60 s)`, times the correction factor, and
-//! projected along its rising trend by the lookahead (at most doubling it).
+//! costs), plus the growth of the requests in the system (arrivals not completed yet), plus the
+//! queue spread over `max(start-up, 60 s)`, times the correction factor, and projected along
+//! its rising trend by the lookahead (at most doubling it).
 //!
 //! Source: Kleinrock, "Queueing Systems", vol. 1, §3.5 (the M/M/c waiting-time distribution).
 
@@ -65,6 +66,9 @@ pub(crate) struct ObjectiveModel {
 pub(crate) struct Demand {
     /// The fleet's readings.
     pub evidence: Evidence,
+    /// The growth of the requests in the system (waiting + running) over the rate window,
+    /// requests/s: arrivals not yet completed (negative while a queue drains).
+    pub growth: f64,
     /// The rising trend of the request rate, requests/s per second (0 when falling).
     pub trend: f64,
     /// The start-up time, seconds (0 without `spec.startup`).
@@ -91,7 +95,7 @@ impl ObjectiveModel {
             Some((prompt, _)) if prompt > 0.0 => e.prompt_tokens / prompt,
             _ => 0.0,
         };
-        let base = e.completions.max(tokens);
+        let base = (e.completions.max(tokens) + d.growth).max(0.0);
         let backlog = e.waiting / d.startup_s.max(MIN_BACKLOG_SECONDS);
         let lookahead = self.lookahead_s.max(d.startup_s);
         let ahead = (d.trend.max(0.0) * lookahead).min(base);
@@ -307,6 +311,7 @@ mod tests {
         };
         let d = Demand {
             evidence,
+            growth: 0.0,
             trend: 0.01,
             startup_s: 90.0,
         };
@@ -314,6 +319,15 @@ mod tests {
         // (6 + 0.9 + 1) × 1.5 = 11.85.
         let lambda = model.demand(&d, &estimate(4.5, 1.5), Some((1000.0, 200.0)));
         assert!((lambda - 11.85).abs() < 1e-9, "{lambda}");
+        // 2 requests/s more in the system each second (a queue building): arrivals the
+        // completions do not show; (6 + 2 + 0.9 + 1) × 1.5 = 14.85. A queue draining faster
+        // than anything arrives leaves the backlog alone: (0 + 0 + 1) × 1.5 = 1.5.
+        let building = Demand { growth: 2.0, ..d };
+        let lambda = model.demand(&building, &estimate(4.5, 1.5), Some((1000.0, 200.0)));
+        assert!((lambda - 14.85).abs() < 1e-9, "{lambda}");
+        let draining = Demand { growth: -10.0, ..d };
+        let lambda = model.demand(&draining, &estimate(4.5, 1.5), Some((1000.0, 200.0)));
+        assert!((lambda - 1.5).abs() < 1e-9, "{lambda}");
         // The trend never more than doubles the demand.
         let steep = Demand { trend: 10.0, ..d };
         let lambda = model.demand(&steep, &estimate(4.5, 1.0), Some((1000.0, 200.0)));

@@ -8,12 +8,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use llmscaler_api::{CapacityStatus, LLMScalerSpec, LLMScalerStatus};
 
-use crate::engine::calibration::{Basis, Calibration, Estimate};
+use crate::engine::calibration::{Basis, Calibration, Estimate, Evidence, WINDOW_MS};
 use crate::engine::objective::{self, Demand, ObjectiveModel, read};
 use crate::engine::{MetricInput, MetricOutcome, Skip};
 
 /// How long the request-rate trend looks back, ms.
 const TREND_MS: i64 = 300_000;
+/// How much the Ready replicas must have grown (share of those when the TTFT guardrail
+/// engaged, at least one replica) before the guardrail may be set aside as futile.
+const FUTILE_GROWTH: f64 = 1.5;
+/// The TTFT quantile must have fallen below this share of its reading when the guardrail
+/// engaged for the growth to count as helping.
+const FUTILE_IMPROVEMENT: f64 = 0.9;
+/// A set-aside guardrail engages again above this multiple of the reading it was set aside at.
+const FUTILE_REARM: f64 = 1.25;
 /// A rate this far (share) from the written one is a material change of `status.capacity`.
 const MATERIAL_SHARE: f64 = 0.05;
 
@@ -27,6 +35,22 @@ pub(super) struct ObjectiveMemory {
     rates: VecDeque<(i64, f64)>,
     /// The objective's last recommendation, replicas.
     last: Option<i32>,
+    /// Recent `(ms, requests in the system, replicas reporting)`: their growth over the rate
+    /// window is the part of the arrivals the completions do not show yet.
+    in_system: VecDeque<(i64, f64, f64)>,
+    /// The TTFT guardrail's current episode above the objective.
+    episode: Option<Episode>,
+    /// The TTFT quantile at which the guardrail was set aside as futile, seconds.
+    futile_at: Option<f64>,
+}
+
+/// The TTFT guardrail above the objective since `reading`, on `ready` Ready replicas; `grown_ms`:
+/// since when the Ready replicas are [`FUTILE_GROWTH`] times those.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Episode {
+    ready: i32,
+    reading: f64,
+    grown_ms: Option<i64>,
 }
 
 impl ObjectiveMemory {
@@ -53,6 +77,89 @@ impl ObjectiveMemory {
             template: capacity.template.clone(),
             ..Self::default()
         }
+    }
+}
+
+impl ObjectiveMemory {
+    /// The growth of the requests in the system (waiting + running) over the rate window,
+    /// requests/s: arrivals the completions do not show yet (a saturated fleet completes at its
+    /// own rate, whatever arrives). Never negative across a sync where replicas stopped
+    /// reporting (their requests did not complete, they went with the pod).
+    fn growth(&mut self, now_ms: i64, e: &Evidence) -> f64 {
+        let in_system = e.waiting + e.running;
+        self.in_system.push_back((now_ms, in_system, e.replicas));
+        while self
+            .in_system
+            .front()
+            .is_some_and(|(t, _, _)| *t < now_ms.saturating_sub(WINDOW_MS))
+        {
+            self.in_system.pop_front();
+        }
+        let Some(&(then, before, _)) = self.in_system.front() else {
+            return 0.0;
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = now_ms.saturating_sub(then) as f64 / 1000.0;
+        if seconds <= 0.0 {
+            return 0.0;
+        }
+        let growth = (in_system - before) / seconds;
+        let shrank = self.in_system.iter().any(|(_, _, r)| *r > e.replicas + 0.5);
+        if shrank { growth.max(0.0) } else { growth }
+    }
+
+    /// The TTFT guardrail's target this sync, seconds: the objective, or, once the guardrail is
+    /// futile, [`FUTILE_REARM`] times the reading it was set aside at. Futile: the Ready
+    /// replicas grew [`FUTILE_GROWTH`]-fold since it engaged, a whole rate window ago, no
+    /// replica has a queue, and the quantile did not fall below [`FUTILE_IMPROVEMENT`] of its
+    /// reading then: the requests over the objective are slow on their own (long prompts on a
+    /// slow model), and more replicas do not serve them faster (docs/objective.md).
+    fn ttft_target(
+        &mut self,
+        objective_s: f64,
+        quantile: Option<f64>,
+        max_waiting: Option<f64>,
+        ready: i32,
+        now_ms: i64,
+    ) -> f64 {
+        let Some(q) = quantile else {
+            return self.futile_at.map_or(objective_s, |f| f * FUTILE_REARM);
+        };
+        if q <= objective_s {
+            self.episode = None;
+            self.futile_at = None;
+            return objective_s;
+        }
+        if let Some(f) = self.futile_at {
+            if q <= f * FUTILE_REARM {
+                return f * FUTILE_REARM;
+            }
+            // Worse than when set aside: a queue again; the objective's guardrail is back.
+            self.futile_at = None;
+            self.episode = None;
+        }
+        let episode = self.episode.get_or_insert(Episode {
+            ready,
+            reading: q,
+            grown_ms: None,
+        });
+        #[allow(clippy::cast_possible_truncation)]
+        let grown = f64::from(ready) >= (f64::from(episode.ready) * FUTILE_GROWTH).ceil()
+            && ready > episode.ready;
+        episode.grown_ms = match (grown, episode.grown_ms) {
+            (false, _) => None,
+            (true, Some(t)) => Some(t),
+            (true, None) => Some(now_ms),
+        };
+        let settled = episode
+            .grown_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) >= WINDOW_MS);
+        if settled && max_waiting == Some(0.0) && q >= FUTILE_IMPROVEMENT * episode.reading {
+            self.futile_at = Some(q);
+            self.episode = None;
+            return q * FUTILE_REARM;
+        }
+        objective_s
     }
 }
 
@@ -84,9 +191,21 @@ pub(super) fn step<E: Clone>(
         }
         memory.template = template.cloned();
     }
+    let quantile = readings.and_then(|r| match r.get(read::TTFT_QUANTILE) {
+        Some(Ok(v)) if v.is_finite() => Some(*v),
+        _ => None,
+    });
+    let queued = readings
+        .and_then(|r| r.get(read::MAX_WAITING))
+        .and_then(|v| v.as_ref().ok().copied());
+    let target_s = memory.ttft_target(model.ttft_s, quantile, queued, ready, now_ms);
     let guardrail = spec.objective.as_ref().map(|o| MetricInput {
         name: objective::TTFT_NAME.to_owned(),
-        target: o.ttft_seconds.clone(),
+        target: if target_s > model.ttft_s {
+            format!("{target_s:.3}")
+        } else {
+            o.ttft_seconds.clone()
+        },
         value: match readings.and_then(|r| r.get(read::TTFT_QUANTILE)) {
             Some(v) => v.clone(),
             None => Ok(f64::NAN),
@@ -110,15 +229,16 @@ pub(super) fn step<E: Clone>(
             });
         }
     };
-    let ttft_over = match readings.get(read::TTFT_QUANTILE) {
-        Some(Ok(v)) if v.is_finite() => Some(*v > model.ttft_s),
-        _ => None,
-    };
+    // Against the guardrail's target: a set-aside (futile) objective teaches no correction.
+    let ttft_over = quantile.map(|v| v > target_s);
     let sized = memory.last.is_some_and(|last| ready >= last);
     memory
         .calibration
         .observe(&evidence, now_ms, sized, ttft_over);
-    memory.rates.push_back((now_ms, evidence.completions));
+    let growth = memory.growth(now_ms, &evidence);
+    memory
+        .rates
+        .push_back((now_ms, evidence.completions + growth));
     while memory
         .rates
         .front()
@@ -132,6 +252,7 @@ pub(super) fn step<E: Clone>(
             let points: Vec<(i64, f64)> = memory.rates.iter().copied().collect();
             let demand = Demand {
                 evidence,
+                growth,
                 trend: objective::trend(&points),
                 startup_s,
             };
@@ -382,6 +503,68 @@ mod tests {
             added.estimate.map(|e| (e.basis, e.requests_per_second)),
             Some((Basis::Restored, 4.0))
         );
+    }
+
+    #[test]
+    fn arrivals_count_the_growth_of_the_requests_in_the_system() {
+        let mut memory = ObjectiveMemory::default();
+        let e = |waiting: f64, running: f64, replicas: f64| Evidence {
+            waiting,
+            running,
+            replicas,
+            ..Evidence::default()
+        };
+        assert_eq!(memory.growth(0, &e(0.0, 64.0, 1.0)), 0.0);
+        // 30 more requests waiting 60 s later on the same replica: 30 / 60 = 0.5 requests/s
+        // arrived that no completion shows.
+        assert!((memory.growth(60_000, &e(30.0, 64.0, 1.0)) - 0.5).abs() < 1e-12);
+        // A queue draining reads as fewer arrivals than completions: (10 + 64 − 94) / 60.
+        assert!((memory.growth(120_000, &e(10.0, 64.0, 1.0)) + 20.0 / 60.0).abs() < 1e-12);
+        // A replica that stopped reporting took its requests with it: never negative then.
+        let mut memory = ObjectiveMemory::default();
+        memory.growth(0, &e(0.0, 128.0, 2.0));
+        assert_eq!(memory.growth(30_000, &e(0.0, 64.0, 1.0)), 0.0);
+    }
+
+    #[test]
+    fn a_ttft_guardrail_that_more_replicas_do_not_move_is_set_aside() {
+        let mut memory = ObjectiveMemory::default();
+        // Engaged at 10 Ready replicas, the 99th percentile at 2.2 s against 2 s.
+        assert_eq!(memory.ttft_target(2.0, Some(2.2), Some(0.0), 10, 0), 2.0);
+        // 15 Ready (1.5 × 10) from t = 15 s, no queue, the quantile still 2.15 s (within
+        // 10 % of 2.2): not before a whole rate window on the larger fleet (t = 75 s).
+        for t in [15_000, 30_000, 45_000, 60_000] {
+            assert_eq!(memory.ttft_target(2.0, Some(2.15), Some(0.0), 15, t), 2.0);
+        }
+        // Then set aside: the target moves to 1.25 × 2.2 = 2.75 s.
+        let target = memory.ttft_target(2.0, Some(2.2), Some(0.0), 15, 75_000);
+        assert!((target - 2.75).abs() < 1e-12, "{target}");
+        assert!((memory.ttft_target(2.0, Some(2.5), Some(3.0), 8, 90_000) - 2.75).abs() < 1e-12);
+        // Worse than that (a queue builds on a smaller fleet): the objective's guardrail is back.
+        assert_eq!(
+            memory.ttft_target(2.0, Some(3.0), Some(5.0), 8, 105_000),
+            2.0
+        );
+        // Below the objective: everything starts over.
+        assert_eq!(
+            memory.ttft_target(2.0, Some(1.5), Some(0.0), 8, 120_000),
+            2.0
+        );
+        assert_eq!(memory.futile_at, None);
+
+        // A fleet that grew with a queue, or whose quantile fell, keeps its guardrail.
+        // (engaged at 4 s, 3 s after growing: under 0.9 × 4 = 3.6 s, more replicas helped.)
+        for (first, waiting, late) in [(2.2, 1.0, 2.2), (4.0, 0.0, 3.0)] {
+            let mut memory = ObjectiveMemory::default();
+            assert_eq!(memory.ttft_target(2.0, Some(first), Some(0.0), 1, 0), 2.0);
+            for t in (1..=10).map(|i| i * 15_000) {
+                assert_eq!(
+                    memory.ttft_target(2.0, Some(late), Some(waiting), 2, t),
+                    2.0,
+                    "{waiting} {late}"
+                );
+            }
+        }
     }
 
     #[test]
