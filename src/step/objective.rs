@@ -78,9 +78,7 @@ impl ObjectiveMemory {
             ..Self::default()
         }
     }
-}
 
-impl ObjectiveMemory {
     /// The growth of the requests in the system (waiting + running) over the rate window,
     /// requests/s: arrivals the completions do not show yet (a saturated fleet completes at its
     /// own rate, whatever arrives). Never negative across a sync where replicas stopped
@@ -143,7 +141,6 @@ impl ObjectiveMemory {
             reading: q,
             grown_ms: None,
         });
-        #[allow(clippy::cast_possible_truncation)]
         let grown = f64::from(ready) >= (f64::from(episode.ready) * FUTILE_GROWTH).ceil()
             && ready > episode.ready;
         episode.grown_ms = match (grown, episode.grown_ms) {
@@ -195,10 +192,10 @@ pub(super) fn step<E: Clone>(
         Some(Ok(v)) if v.is_finite() => Some(*v),
         _ => None,
     });
-    let queued = readings
+    let max_waiting = readings
         .and_then(|r| r.get(read::MAX_WAITING))
         .and_then(|v| v.as_ref().ok().copied());
-    let target_s = memory.ttft_target(model.ttft_s, quantile, queued, ready, now_ms);
+    let target_s = memory.ttft_target(model.ttft_s, quantile, max_waiting, ready, now_ms);
     let guardrail = spec.objective.as_ref().map(|o| MetricInput {
         name: objective::TTFT_NAME.to_owned(),
         target: if target_s > model.ttft_s {
