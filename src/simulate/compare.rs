@@ -178,6 +178,10 @@ pub struct PolicyReport {
     /// `replica_seconds` over `hpa`'s (when `hpa` ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replica_seconds_vs_hpa: Option<f64>,
+    /// `spec.objective`'s capacity estimate at every sync that had one (`llmscaler` with an
+    /// objective only): how the calibration converged (docs/benchmarks/calibration.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub capacity: Vec<replay::CapacityPoint>,
 }
 
 /// The flash crowd of a run (`--flash-crowd`).
@@ -265,6 +269,7 @@ fn policy_report(o: &Outcome) -> PolicyReport {
         peak_replicas: o.peak_replicas,
         replica_seconds_vs_ideal: None,
         replica_seconds_vs_hpa: None,
+        capacity: Vec::new(),
     }
 }
 
@@ -421,7 +426,7 @@ pub fn run_with(
             )),
         ));
     }
-    let outcomes: Vec<(String, Outcome)> = std::thread::scope(|s| {
+    let outcomes: Vec<(String, Outcome, Vec<replay::CapacityPoint>)> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .into_iter()
             .map(|(name, mut policy)| {
@@ -433,7 +438,7 @@ pub fn run_with(
                 };
                 s.spawn(move || {
                     let outcome = replay::run(requests, settings, start, policy.as_mut());
-                    (name, outcome)
+                    (name, outcome, policy.capacity().to_vec())
                 })
             })
             .collect();
@@ -441,7 +446,7 @@ pub fn run_with(
     });
 
     let mut series: Vec<crate::promql::Labels> = Vec::new();
-    for (_, outcome) in &outcomes {
+    for (_, outcome, _) in &outcomes {
         series.extend(outcome.series.iter().cloned());
     }
     let mut unmatched_queries = series_check::unmatched(spec, "", &series);
@@ -460,8 +465,14 @@ pub fn run_with(
     drop(series);
     let mut policies = BTreeMap::new();
     let mut timelines = BTreeMap::new();
-    for (name, outcome) in outcomes {
-        policies.insert(name.clone(), policy_report(&outcome));
+    for (name, outcome, capacity) in outcomes {
+        policies.insert(
+            name.clone(),
+            PolicyReport {
+                capacity,
+                ..policy_report(&outcome)
+            },
+        );
         timelines.insert(name, outcome.timeline);
     }
     if options.compare.contains(&Comparator::Ideal)

@@ -18,7 +18,7 @@ use crate::engine::{History, Record, Signal};
 use crate::metrics::Subject;
 use crate::metrics::per_pod::{self, PodSet};
 use crate::promql::{self, PromqlError, Value};
-use crate::simulate::replay::{Autoscaler, View};
+use crate::simulate::replay::{Autoscaler, CapacityPoint, View};
 use crate::step::{self, Acting, Effect, Scaler, Target};
 
 /// The engine on the scaler's own queries.
@@ -38,6 +38,8 @@ pub struct LlmscalerPolicy {
     objective: Option<Vec<Expr>>,
     /// Every sync's observation and plan, when recording ([`LlmscalerPolicy::recording`]).
     record: Option<Vec<Synced>>,
+    /// `spec.objective`'s capacity estimate at every sync that had one.
+    estimates: Vec<CapacityPoint>,
 }
 
 /// One sync of the replay, as recorded: what the step was given and what it planned.
@@ -90,6 +92,7 @@ impl LlmscalerPolicy {
             capacity,
             objective,
             record: None,
+            estimates: Vec::new(),
         })
     }
 
@@ -228,6 +231,17 @@ impl Autoscaler for LlmscalerPolicy {
             }
         }
         let replicas = plan.replicas_after(view.spec_replicas);
+        if let Some(c) = &plan.capacity
+            && let Ok(rps) = c.requests_per_second.parse::<f64>()
+        {
+            #[allow(clippy::cast_precision_loss)]
+            let t_seconds = now_ms as f64 / 1000.0;
+            self.estimates.push(CapacityPoint {
+                t_seconds,
+                basis: c.basis.clone(),
+                requests_per_second: rps,
+            });
+        }
         if let Some(record) = self.record.as_mut() {
             record.push(Synced {
                 observed: observed.clone(),
@@ -244,6 +258,10 @@ impl Autoscaler for LlmscalerPolicy {
 
     fn deletion_costs(&self) -> Option<&BTreeMap<String, i32>> {
         Some(&self.costs)
+    }
+
+    fn capacity(&self) -> &[CapacityPoint] {
+        &self.estimates
     }
 }
 

@@ -70,6 +70,24 @@ pub trait Autoscaler {
     fn deletion_costs(&self) -> Option<&std::collections::BTreeMap<String, i32>> {
         None
     }
+    /// The capacity estimates of `spec.objective` the policy reported, one per sync that had
+    /// one (empty for a policy without an objective).
+    fn capacity(&self) -> &[CapacityPoint] {
+        &[]
+    }
+}
+
+/// The capacity estimate of `spec.objective` at one sync, as `status.capacity` reports it
+/// (docs/objective.md#status): what `simulate --report` shows of the calibration over time.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CapacityPoint {
+    /// Trace seconds of the sync.
+    pub t_seconds: f64,
+    /// `status.capacity.basis`: `saturated`, `calibrated`, `extrapolated`, `lowerBound` or
+    /// `restored`.
+    pub basis: String,
+    /// Requests per second one Ready replica completes at full load.
+    pub requests_per_second: f64,
 }
 
 /// One point of the replica timeline.
