@@ -32,13 +32,6 @@ const MIN_SPREAD_SHARE: f64 = 0.25;
 /// (or a line pair) only once a run of queued (or calm) syncs on the same replicas spans it.
 /// At the usual 15 s period that is 5 syncs; at 3 s, 21.
 pub(crate) const WINDOW_MS: i64 = 60_000;
-/// How long every replica must have queued before the window's completions are a saturated
-/// throughput, ms: the window, after one window in which the batch settles. A replica that
-/// starts to queue with an empty or light batch first completes its shortest requests (the
-/// long ones stay in the batch), so its first minute reads above its steady throughput: on the
-/// `slow-large` profile one replica read 2.02 requests/s for a minute where it completes 1.15
-/// at full load (docs/benchmarks/calibration.md), and the fleet was sized on it.
-pub(crate) const SATURATED_RUN_MS: i64 = 2 * WINDOW_MS;
 /// Smoothing of the request mix and of the saturated throughput, per sync.
 const SMOOTHING: f64 = 0.2;
 /// The correction factor's bounds and steps (docs/objective.md#correction).
@@ -214,14 +207,13 @@ impl Calibration {
         // was saturated on the replicas reporting now; a line pair only once the whole window
         // was free of queues. Counted in time, not syncs: at a 3 s period five syncs cover a
         // quarter of the window, whose rate still holds the light load before the queue (an
-        // overloaded replica read as 0.7 requests/s instead of 7.6, kept as `saturated`). A
-        // saturated run needs one more window for the batch to settle ([`SATURATED_RUN_MS`]).
+        // overloaded replica read as 0.7 requests/s instead of 7.6, kept as `saturated`).
         self.queued_since = run(self.queued_since, e.min_waiting > 0.0, e.replicas, now_ms);
         self.calm_since = run(self.calm_since, e.max_waiting == 0.0, e.replicas, now_ms);
-        let spans = |since: Option<(i64, f64)>, ms: i64| {
-            since.is_some_and(|(t, _)| now_ms.saturating_sub(t) >= ms)
+        let spans = |since: Option<(i64, f64)>| {
+            since.is_some_and(|(t, _)| now_ms.saturating_sub(t) >= WINDOW_MS)
         };
-        if spans(self.queued_since, SATURATED_RUN_MS) && per_replica > 0.0 {
+        if spans(self.queued_since) && per_replica > 0.0 {
             self.saturated = Some(
                 self.saturated
                     .map_or(per_replica, |s| smooth(s, per_replica)),
@@ -243,7 +235,7 @@ impl Calibration {
         let tokens = e.generation_tokens / e.replicas;
         if let Some(t) = e.inter_token
             && t > 0.0
-            && spans(self.calm_since, WINDOW_MS)
+            && spans(self.calm_since)
             && tokens * t >= 0.05
         {
             let running = tokens * t;
@@ -498,14 +490,13 @@ mod tests {
         let e = c.estimate().unwrap();
         assert_eq!((e.basis, e.line), (Basis::LowerBound, None));
         assert!((e.requests_per_second - 2.363).abs() < 0.01, "{e:?}");
-        // Every replica queued for nine syncs (the first and one 120 s later: a window for the
-        // batch to settle and the rate window, at this period) at 5 requests/s each:
-        // saturated, 5.
+        // Every replica queued for five syncs (the first and one 60 s later: the rate window
+        // at this period) at 5 requests/s each: saturated, 5.
         let queued = Evidence {
             completions: 10.0,
             ..conv(64.0, 3.0)
         };
-        for _ in 0..8 {
+        for _ in 0..4 {
             c.observe(&queued, next(), true, None);
         }
         assert_ne!(c.estimate().unwrap().basis, Basis::Saturated);
@@ -556,14 +547,13 @@ mod tests {
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::LowerBound, "{e:?}");
         assert!((e.requests_per_second - 5.0).abs() < 1e-9, "{e:?}");
-        // 2 replicas, both queued from t = 54 s, completing 15.2/s: saturated only at t = 174 s,
-        // the run's start plus a window for the batch to settle plus the window, and then at
-        // the whole window's 7.6 each.
-        for t in (54..=171).step_by(3) {
+        // 2 replicas, both queued from t = 54 s, completing 15.2/s: saturated only at t = 114 s,
+        // the run's start plus the window, and then at the whole window's 7.6 each.
+        for t in (54..=111).step_by(3) {
             c.observe(&queued(2.0, 15.2), t * 1000, true, None);
         }
         assert_ne!(c.estimate().unwrap().basis, Basis::Saturated);
-        c.observe(&queued(2.0, 15.2), 174_000, true, None);
+        c.observe(&queued(2.0, 15.2), 114_000, true, None);
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Saturated, "{e:?}");
         assert!((e.requests_per_second - 7.6).abs() < 1e-9, "{e:?}");

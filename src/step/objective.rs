@@ -441,12 +441,12 @@ mod tests {
         let spec = spec();
         let mut memory = ObjectiveMemory::default();
         let template = "a".to_owned();
-        // One replica, queued for nine syncs (120 s), completing 4 requests/s: saturated, μ = 4; the
+        // One replica, queued for five syncs, completing 4 requests/s: saturated, μ = 4; the
         // queue of 30 spread over 60 s adds 0.5 requests/s: λ = 4.5, a = 1.125. With the
         // 2 s − 0.3 s = 1.7 s budget: c = 1 cannot (a > 1); c = 2: C = 0.405,
         // e^{−(8 − 4.5)·1.7} = 0.0026 → 0.001 ≤ 0.01: 2 replicas.
         let mut added = None;
-        for i in 0..9 {
+        for i in 0..5 {
             added = step(
                 &spec,
                 &mut memory,
@@ -475,7 +475,7 @@ mod tests {
             &spec,
             &mut memory,
             Some(&readings(1.0, 0.0, 0.0, 0.1)),
-            (150_000, 1, 1, Some(&other)),
+            (90_000, 1, 1, Some(&other)),
             0.0,
             20,
         )
