@@ -435,3 +435,46 @@ fn a_model_profile_is_replayed_by_every_policy_and_reported() {
     assert_eq!(code, 1, "stderr: {stderr}");
     assert!(stderr.contains("none.yaml"), "the file is named: {stderr}");
 }
+
+/// `spec.objective`'s estimate at every sync is in the report (`policies.llmscaler.capacity`,
+/// docs/simulate/README.md#report), in sync order with a basis and a positive rate; a policy
+/// without an objective has none.
+#[test]
+fn the_objectives_estimate_at_every_sync_is_reported() {
+    let objective = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/vllm-objective.yaml"),
+    )
+    .expect("read the example");
+    let args = ["--scale", "0.3", "--seed", "7", "--compare", "hpa"];
+    let (code, _, stderr, report) = run(&objective, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let report = report.expect("report written");
+    let points = report["policies"]["llmscaler"]["capacity"]
+        .as_array()
+        .expect("an array of estimates");
+    assert!(points.len() > 10, "{points:?}");
+    let times: Vec<f64> = points
+        .iter()
+        .map(|p| p["t_seconds"].as_f64().expect("t_seconds"))
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    for p in points {
+        assert!(
+            p["requests_per_second"].as_f64().expect("a rate") > 0.0,
+            "{p}"
+        );
+        let basis = p["basis"].as_str().expect("a basis");
+        assert!(
+            [
+                "saturated",
+                "calibrated",
+                "extrapolated",
+                "lowerBound",
+                "restored"
+            ]
+            .contains(&basis),
+            "{p}"
+        );
+    }
+    assert!(report["policies"]["hpa"].get("capacity").is_none());
+}

@@ -77,8 +77,9 @@ pub trait Autoscaler {
     }
 }
 
-/// The capacity estimate of `spec.objective` at one sync, as `status.capacity` reports it
-/// (docs/objective.md#status): what `simulate --report` shows of the calibration over time.
+/// The capacity estimate of `spec.objective` at one sync: the estimate `status.capacity` is
+/// written from (docs/objective.md#status; status itself changes only on a material change),
+/// what `simulate --report` shows of the calibration over time.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct CapacityPoint {
     /// Trace seconds of the sync.
