@@ -11,8 +11,9 @@
 //! `μ = N / (output × T(N))` requests per second per replica, at the current mean output
 //! length. `N` is the running count of a replica seen with a queue (a full batch).
 //!
-//! Evidence ranks: `saturated` (completions per replica while every replica queued, smoothed)
-//! wins over `calibrated` (the fit at a known batch limit), which wins over `lowerBound` (the
+//! Evidence ranks: `saturated` (completions per replica of the pods that each queued through
+//! two rate windows, or before any did, while every replica queued through one; smoothed) wins
+//! over `calibrated` (the fit at a known batch limit), which wins over `lowerBound` (the
 //! best of the fit at the largest batch seen and the best throughput per replica observed:
 //! never above the truth, so a fleet sized with it is larger than needed, not smaller).
 //!
@@ -94,6 +95,9 @@ pub(crate) struct Evidence {
     pub ttft_mean: Option<f64>,
     /// The KV-cache usage summed over the replicas (each 0..1).
     pub kv_usage: f64,
+    /// Completions per replica, requests/s, of the pods that queued through two rate windows
+    /// (`None` when no pod did).
+    pub pod_saturated: Option<f64>,
 }
 
 /// The capacity of one Ready replica, as estimated at one sync.
@@ -123,6 +127,9 @@ pub(crate) struct Calibration {
     max_running: f64,
     best_throughput: f64,
     saturated: Option<f64>,
+    /// The per-pod saturated throughput (pods that queued through two windows), smoothed: ranks
+    /// above `saturated`, whose first queued window reads high.
+    pod_saturated: Option<f64>,
     /// Since when (ms) every replica has queued, and no replica has, on how many replicas: the
     /// start of the current run (see [`WINDOW_MS`]).
     queued_since: Option<(i64, f64)>,
@@ -219,6 +226,9 @@ impl Calibration {
                     .map_or(per_replica, |s| smooth(s, per_replica)),
             );
         }
+        if let Some(v) = e.pod_saturated.filter(|v| v.is_finite() && *v > 0.0) {
+            self.pod_saturated = Some(self.pod_saturated.map_or(v, |s| smooth(s, v)));
+        }
         if e.max_waiting == 0.0
             && let Some(ttft) = e.ttft_mean
         {
@@ -267,7 +277,7 @@ impl Calibration {
             let mu = (n / (output? * step)).min(prefill_bound);
             (mu.is_finite() && mu > 0.0).then_some(mu)
         };
-        let fresh = if let Some(s) = self.saturated {
+        let fresh = if let Some(s) = self.pod_saturated.or(self.saturated) {
             Some((Basis::Saturated, s, self.batch_limit))
         } else if let Some(n) = self.batch_limit
             && let Some(mu) = at(n)
@@ -397,6 +407,7 @@ mod tests {
             inter_token: Some(t),
             ttft_mean: Some(0.2),
             kv_usage: 0.0,
+            pod_saturated: None,
         }
     }
 
@@ -457,6 +468,7 @@ mod tests {
                 inter_token: Some(t),
                 ttft_mean: Some(0.25),
                 kv_usage: 0.0,
+                pod_saturated: None,
             }
         };
         let mut next = every_15_s();
@@ -504,6 +516,48 @@ mod tests {
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Saturated);
         assert!((e.requests_per_second - 5.0).abs() < 1e-9);
+    }
+
+    /// The slow-large profile on the conversation trace, cold (docs/benchmarks/calibration.md):
+    /// the one replica's first queued minute completed 2.02 requests/s (its shortest requests
+    /// first, from a light batch), where it completes 1.29 on the whole mix; the fleet then grew
+    /// past its queues and no later window replaced the 2.02. The pod's own reading after two
+    /// windows of queue replaces it.
+    #[test]
+    fn a_pod_queued_through_two_windows_outranks_the_fleets_first_window() {
+        let mut next = every_15_s();
+        let mut c = Calibration::default();
+        let queued = |completions: f64, pod_saturated: Option<f64>| Evidence {
+            completions,
+            replicas: 1.0,
+            min_waiting: 3.0,
+            max_waiting: 3.0,
+            max_running: 32.0,
+            pod_saturated,
+            ..Evidence::default()
+        };
+        for _ in 0..5 {
+            c.observe(&queued(2.02, None), next(), true, None);
+        }
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Saturated);
+        assert!((e.requests_per_second - 2.02).abs() < 1e-9, "{e:?}");
+        // The pod has queued through two windows and completes 1.25/s: its reading replaces
+        // the fleet's (not smoothed with it).
+        c.observe(&queued(1.6, Some(1.25)), next(), true, None);
+        let e = c.estimate().unwrap();
+        assert!((e.requests_per_second - 1.25).abs() < 1e-9, "{e:?}");
+        // The fleet's readings no longer move it; the pods' are smoothed:
+        // 1.25 + 0.2 × (1.35 − 1.25) = 1.27.
+        c.observe(&queued(2.5, Some(1.35)), next(), true, None);
+        c.observe(&queued(2.5, None), next(), true, None);
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Saturated);
+        assert!((e.requests_per_second - 1.27).abs() < 1e-9, "{e:?}");
+        // A reading that is not a throughput (0, NaN) is no evidence.
+        c.observe(&queued(2.5, Some(0.0)), next(), true, None);
+        c.observe(&queued(2.5, Some(f64::NAN)), next(), true, None);
+        assert!((c.estimate().unwrap().requests_per_second - 1.27).abs() < 1e-9);
     }
 
     /// The objective's e2e fleet (e2e/tests/objective.rs) at a 3 s sync period: 20 requests/s

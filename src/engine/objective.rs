@@ -29,6 +29,11 @@ pub const TTFT_NAME: &str = "ttft";
 pub(crate) const MIN_BACKLOG_SECONDS: f64 = 60.0;
 /// The rate window of the queries (the calibration's `WINDOW_MS`).
 const WINDOW: &str = "1m";
+/// How long a pod must have queued without a break for its completions to count as its
+/// saturated throughput: two rate windows, so that the rate window holds no minute of the
+/// queue's start (a replica that starts to queue with a light batch completes its shortest
+/// requests first, and that minute reads high; docs/objective.md#calibration).
+const QUEUED: &str = "2m";
 
 /// Index of each reading in [`queries`]' order.
 pub(crate) mod read {
@@ -45,9 +50,10 @@ pub(crate) mod read {
     pub const TTFT_QUANTILE: usize = 10;
     pub const TTFT_MEAN: usize = 11;
     pub const KV_USAGE: usize = 12;
+    pub const POD_SATURATED: usize = 13;
     /// How many there are.
     #[cfg(test)]
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
 }
 
 /// The model of a (validated) `spec.objective`.
@@ -168,6 +174,13 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
         ),
         mean("vllm:time_to_first_token_seconds"),
         format!("sum(vllm:kv_cache_usage_perc{{{s}}})"),
+        // Completions per pod of the pods that existed `QUEUED` ago and had a queue at every
+        // scrape since (whatever the rest of the fleet did), averaged; empty when none did.
+        format!(
+            "avg((sum by (pod) (rate(vllm:request_success_total{{{s}}}[{WINDOW}])) \
+             and on (pod) (min by (pod) (min_over_time(vllm:num_requests_waiting{{{s}}}[{QUEUED}])) > 0)) \
+             and on (pod) min by (pod) (vllm:num_requests_waiting{{{s}}} offset {QUEUED}))"
+        ),
     ])
 }
 
@@ -200,6 +213,7 @@ pub(crate) fn evidence<E: Clone>(readings: &[Result<f64, E>]) -> Result<Evidence
         inter_token: optional(read::INTER_TOKEN),
         ttft_mean: optional(read::TTFT_MEAN),
         kv_usage: value(read::KV_USAGE)?,
+        pod_saturated: optional(read::POD_SATURATED),
     })
 }
 

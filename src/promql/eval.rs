@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use promql_parser::label::Labels as NameList;
 use promql_parser::parser::token::{self, TokenType};
 use promql_parser::parser::{
-    AggregateExpr, BinaryExpr, Expr, LabelModifier, VectorMatchCardinality, VectorSelector,
+    AggregateExpr, BinaryExpr, Expr, LabelModifier, Offset, VectorMatchCardinality, VectorSelector,
 };
 
 use super::functions;
@@ -79,22 +79,22 @@ pub fn eval(expr: &Expr, store: &Store, t_ms: i64) -> Result<Value, PromqlError>
             Value::Matrix(_) => Err(unsupported("unary minus on a range vector")),
         },
         Expr::VectorSelector(vs) => {
-            check_modifiers(vs)?;
+            let at = shifted(vs, t_ms)?;
             Ok(Value::Vector(
                 select(vs, store)
                     .filter_map(|s| {
-                        s.instant(t_ms, store.lookback_ms)
+                        s.instant(at, store.lookback_ms)
                             .map(|v| (s.labels.clone(), v))
                     })
                     .collect(),
             ))
         }
         Expr::MatrixSelector(ms) => {
-            check_modifiers(&ms.vs)?;
+            let at = shifted(&ms.vs, t_ms)?;
             let range_ms = i64::try_from(ms.range.as_millis()).unwrap_or(i64::MAX);
             Ok(Value::Matrix(
                 select(&ms.vs, store)
-                    .map(|s| (s.labels.clone(), s.range(t_ms, range_ms)))
+                    .map(|s| (s.labels.clone(), s.range(at, range_ms)))
                     .filter(|(_, pts)| !pts.is_empty())
                     .collect(),
             ))
@@ -108,17 +108,24 @@ pub fn eval(expr: &Expr, store: &Store, t_ms: i64) -> Result<Value, PromqlError>
     }
 }
 
-fn check_modifiers(vs: &VectorSelector) -> Result<(), PromqlError> {
-    if vs.offset.is_some() {
-        return Err(unsupported("offset modifier"));
-    }
+/// The time a selector reads at, ms: `t_ms` moved back by its `offset` (forward for a negative
+/// one), as Prometheus does (docs/promql.md).
+///
+/// # Errors
+/// [`PromqlError::Unsupported`] for the `@` modifier and `or` in label matchers.
+fn shifted(vs: &VectorSelector, t_ms: i64) -> Result<i64, PromqlError> {
     if vs.at.is_some() {
         return Err(unsupported("@ modifier"));
     }
     if !vs.matchers.or_matchers.is_empty() {
         return Err(unsupported("or in label matchers"));
     }
-    Ok(())
+    let ms = |d: &std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    Ok(match &vs.offset {
+        None => t_ms,
+        Some(Offset::Pos(d)) => t_ms.saturating_sub(ms(d)),
+        Some(Offset::Neg(d)) => t_ms.saturating_add(ms(d)),
+    })
 }
 
 fn select<'a>(

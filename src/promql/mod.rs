@@ -2,7 +2,7 @@
 //! would answer an instant query (used by `llmscaler simulate --requests`).
 //!
 //! Parsing is the `promql-parser` crate's; this module evaluates the tree. Supported: vector
-//! selectors with `=`, `!=`, `=~`, `!~` matchers; `sum`, `avg`, `min`, `max`, `count` with `by` /
+//! selectors with `=`, `!=`, `=~`, `!~` matchers and `offset`; `sum`, `avg`, `min`, `max`, `count` with `by` /
 //! `without`; `avg_over_time`, `min_over_time`, `max_over_time`, `sum_over_time`,
 //! `count_over_time`, `last_over_time`; `rate`, `increase`; `histogram_quantile`; `vector`;
 //! arithmetic (`+ - * / % ^`) and comparisons (with or without `bool`) between scalars and
@@ -31,7 +31,7 @@ pub enum PromqlError {
     /// A construct outside the supported subset (`docs/promql.md`).
     #[error("unsupported PromQL construct {construct}")]
     Unsupported {
-        /// What was met, e.g. `function "quantile_over_time"` or `offset modifier`.
+        /// What was met, e.g. `function "quantile_over_time"` or `@ modifier`.
         construct: String,
     },
     /// An evaluation error Prometheus would also return (e.g. duplicate series in a match).

@@ -252,6 +252,33 @@ fn staleness_and_lookback() {
 }
 
 #[test]
+fn offset_reads_the_selector_earlier() {
+    // Pod a scraped from t = 0 with the value t/15 s; pod b only from t = 45 s.
+    let mut s = Store::new();
+    for k in 0..=4i64 {
+        let t = k * 15_000;
+        s.push(&labels(&[("__name__", "g"), ("pod", "a")]), t, Some(k as f64));
+        if t >= 45_000 {
+            s.push(&labels(&[("__name__", "g"), ("pod", "b")]), t, Some(9.0));
+        }
+    }
+    let at = |q: &str, t: i64| evaluate_single(&parse(q).expect("parses"), &s, t);
+    assert_eq!(at("count(g)", 60_000), Ok(2.0));
+    // 30 s earlier pod b did not exist yet: only pod a, at its t = 30 s value.
+    assert_eq!(at("count(g offset 30s)", 60_000), Ok(1.0));
+    assert_eq!(at("sum(g offset 30s)", 60_000), Ok(2.0));
+    // A range read 15 s earlier: the points in (15 s, 45 s] (values 2 and 3).
+    assert_eq!(at("sum_over_time(g{pod=\"a\"}[30s] offset 15s)", 60_000), Ok(5.0));
+    // A negative offset reads later.
+    assert_eq!(at("g{pod=\"a\"} offset -15s", 30_000), Ok(3.0));
+    // Pods that existed 30 s ago, by pod: b is left out.
+    assert_eq!(
+        at("count(g and on (pod) (g offset 30s))", 60_000),
+        Ok(1.0)
+    );
+}
+
+#[test]
 fn unsupported_constructs_are_errors_naming_them() {
     let s = store();
     let err = |q: &str| evaluate(q, &s, 60_000).expect_err("refused");
@@ -268,9 +295,9 @@ fn unsupported_constructs_are_errors_naming_them() {
         }
     );
     assert_eq!(
-        err("vllm:num_requests_waiting offset 1m"),
+        err("vllm:num_requests_waiting @ 60"),
         PromqlError::Unsupported {
-            construct: "offset modifier".into()
+            construct: "@ modifier".into()
         }
     );
     assert!(matches!(

@@ -292,7 +292,10 @@ fn skipped<E>(why: Skip<E>) -> MetricOutcome<E> {
 pub(super) fn status_of(estimate: &Estimate, template: Option<&String>) -> CapacityStatus {
     let number = |v: f64| format!("{v:.3}");
     let message = match estimate.basis {
-        Basis::Saturated => "completions per replica while every replica queued".to_owned(),
+        Basis::Saturated => {
+            "completions per replica while replicas queued (a pod for 2 min, or every replica for 1 min)"
+                .to_owned()
+        }
         Basis::Calibrated => match estimate.line {
             Some((a, b, n)) => format!(
                 "inter-token latency {a:.4} s + {b:.6} s per running sequence, extrapolated to the batch limit {n:.0}"
@@ -420,7 +423,7 @@ mod tests {
 
     /// A fleet of `replicas` completing `rps` each, every replica queued (`waiting` > 0) or not.
     fn readings(replicas: f64, rps: f64, waiting: f64, ttft: f64) -> Vec<Result<f64, String>> {
-        let mut r = vec![Ok(0.0); 13];
+        let mut r = vec![Ok(0.0); read::COUNT];
         r[read::COMPLETIONS] = Ok(replicas * rps);
         r[read::PROMPT_TOKENS] = Ok(replicas * rps * 1000.0);
         r[read::GENERATION_TOKENS] = Ok(replicas * rps * 200.0);
