@@ -150,6 +150,10 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
     let objective = spec.objective.as_ref()?;
     let s = objective.series_selector.trim();
     let attainment = parse_attainment(&objective.attainment).unwrap_or(0.99);
+    let queued = format!(
+        "((min by (pod) (min_over_time(vllm:num_requests_waiting{{{s}}}[{QUEUED}])) > 0) \
+         and on (pod) min by (pod) (vllm:num_requests_waiting{{{s}}} offset {QUEUED}))"
+    );
     let rate = |name: &str| format!("sum(rate({name}{{{s}}}[{WINDOW}]))");
     let mean = |name: &str| {
         format!(
@@ -174,12 +178,13 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
         ),
         mean("vllm:time_to_first_token_seconds"),
         format!("sum(vllm:kv_cache_usage_perc{{{s}}})"),
-        // Completions per pod of the pods that existed `QUEUED` ago and had a queue at every
-        // scrape since (whatever the rest of the fleet did), averaged; empty when none did.
+        // Completions per replica of the pods that existed `QUEUED` ago and had a queue at
+        // every scrape since (whatever the rest of the fleet did); empty when none did. Summed
+        // and counted as the fleet's completions and replicas are: without a `pod` label it
+        // reads the fleet, every replica queued.
         format!(
-            "avg((sum by (pod) (rate(vllm:request_success_total{{{s}}}[{WINDOW}])) \
-             and on (pod) (min by (pod) (min_over_time(vllm:num_requests_waiting{{{s}}}[{QUEUED}])) > 0)) \
-             and on (pod) min by (pod) (vllm:num_requests_waiting{{{s}}} offset {QUEUED}))"
+            "sum(sum by (pod) (rate(vllm:request_success_total{{{s}}}[{WINDOW}])) and on (pod) {queued}) \
+             / count(vllm:num_requests_running{{{s}}} and on (pod) {queued})"
         ),
     ])
 }
@@ -286,6 +291,77 @@ mod tests {
             samples: 10,
             line: None,
         }
+    }
+
+    /// The per-pod saturated reading over a Prometheus-like store at t = 180 s, scrapes every
+    /// 15 s: pod a queued from t = 0 completing 2/s, pod b queued from t = 0 completing 4/s,
+    /// pod c queued from t = 0 but empty once at t = 90 s, pod d started at t = 120 s and queued
+    /// all its life (its first minute reads high: 9/s). Only a and b count: (2 + 4) / 2 = 3.
+    /// Without a `pod` label (series told apart by `instance`) it reads the fleet: a, b, c
+    /// each queued through 2 min complete (2 + 4 + 3) / 3 = 3.
+    #[test]
+    fn the_per_pod_saturated_query_counts_pods_queued_through_two_windows() {
+        use crate::promql::{Labels, Store, evaluate_single, parse};
+        let spec = {
+            let mut spec = LLMScalerSpec::new(
+                llmscaler_api::TargetRef {
+                    api_version: "apps/v1".into(),
+                    kind: "Deployment".into(),
+                    name: "vllm".into(),
+                },
+                "http://prometheus:9090",
+                1,
+                20,
+            );
+            spec.objective = Some(llmscaler_api::Objective {
+                ttft_seconds: "2".into(),
+                attainment: "0.99".into(),
+                runtime: None,
+                series_selector: "namespace=\"x\"".into(),
+                lookahead_seconds: None,
+            });
+            spec
+        };
+        let query = &queries(&spec).unwrap()[read::POD_SATURATED];
+        let expr = parse(query).expect("parses");
+        let labels = |name: &str, key: &str, pod: &str| -> Labels {
+            [("__name__", name), ("namespace", "x"), (key, pod)]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let store = |key: &str, pods: &[(&str, f64, i64, Option<i64>)]| {
+            let mut store = Store::new();
+            for &(pod, per_s, from_ms, empty_at) in pods {
+                for t in (from_ms..=180_000).step_by(15_000) {
+                    #[allow(clippy::cast_precision_loss)]
+                    let done = per_s * (t - from_ms) as f64 / 1000.0;
+                    let waiting = if empty_at == Some(t) { 0.0 } else { 5.0 };
+                    for (name, v) in [
+                        ("vllm:request_success_total", done),
+                        ("vllm:num_requests_waiting", waiting),
+                        ("vllm:num_requests_running", 64.0),
+                    ] {
+                        store.push(&labels(name, key, pod), t, Some(v));
+                    }
+                }
+            }
+            store
+        };
+        let pods = [
+            ("a", 2.0, 0, None),
+            ("b", 4.0, 0, None),
+            ("c", 3.0, 0, Some(90_000)),
+            ("d", 9.0, 120_000, None),
+        ];
+        let got = evaluate_single(&expr, &store("pod", &pods), 180_000).expect("a value");
+        assert!((got - 3.0).abs() < 1e-9, "{got}");
+        let unlabelled = store("instance", &[pods[0], pods[1], ("c", 3.0, 0, None)]);
+        let got = evaluate_single(&expr, &unlabelled, 180_000).expect("a value");
+        assert!((got - 3.0).abs() < 1e-9, "{got}");
+        // No pod queued through 2 min: no reading (the fleet's rule applies).
+        let young = store("pod", &[pods[2], pods[3]]);
+        assert!(evaluate_single(&expr, &young, 180_000).is_err());
     }
 
     #[test]

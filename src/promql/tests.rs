@@ -257,7 +257,11 @@ fn offset_reads_the_selector_earlier() {
     let mut s = Store::new();
     for k in 0..=4i64 {
         let t = k * 15_000;
-        s.push(&labels(&[("__name__", "g"), ("pod", "a")]), t, Some(k as f64));
+        s.push(
+            &labels(&[("__name__", "g"), ("pod", "a")]),
+            t,
+            Some(k as f64),
+        );
         if t >= 45_000 {
             s.push(&labels(&[("__name__", "g"), ("pod", "b")]), t, Some(9.0));
         }
@@ -268,14 +272,14 @@ fn offset_reads_the_selector_earlier() {
     assert_eq!(at("count(g offset 30s)", 60_000), Ok(1.0));
     assert_eq!(at("sum(g offset 30s)", 60_000), Ok(2.0));
     // A range read 15 s earlier: the points in (15 s, 45 s] (values 2 and 3).
-    assert_eq!(at("sum_over_time(g{pod=\"a\"}[30s] offset 15s)", 60_000), Ok(5.0));
+    assert_eq!(
+        at("sum_over_time(g{pod=\"a\"}[30s] offset 15s)", 60_000),
+        Ok(5.0)
+    );
     // A negative offset reads later.
     assert_eq!(at("g{pod=\"a\"} offset -15s", 30_000), Ok(3.0));
     // Pods that existed 30 s ago, by pod: b is left out.
-    assert_eq!(
-        at("count(g and on (pod) (g offset 30s))", 60_000),
-        Ok(1.0)
-    );
+    assert_eq!(at("count(g and on (pod) (g offset 30s))", 60_000), Ok(1.0));
 }
 
 #[test]
