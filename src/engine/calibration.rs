@@ -14,8 +14,9 @@
 //! Evidence ranks: `saturated` (completions per replica of the pods that each queued through
 //! two rate windows, or before any did, while every replica queued through one; smoothed) wins
 //! over `calibrated` (the fit at a known batch limit), which wins over `lowerBound` (the
-//! best of the fit at the largest batch seen and the best throughput per replica observed:
-//! never above the truth, so a fleet sized with it is larger than needed, not smaller).
+//! best of the fit at the largest batch seen and the best throughput per replica observed; a
+//! throughput a replica was seen to complete, though a 1 min window in which a replica
+//! completes its shortest requests first can read above what it sustains).
 //!
 //! Source: the continuous-batching step model of docs/load-model.md; the extrapolation is
 //! ordinary least squares on a line.
@@ -43,7 +44,8 @@ const CORRECTION_DOWN: f64 = 0.99;
 /// How an estimate was obtained, as `status.capacity.basis` spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Basis {
-    /// Completions per replica while every replica had a queue.
+    /// Completions per replica of the pods that queued through two rate windows, or while
+    /// every replica queued through one.
     Saturated,
     /// The step-time line extrapolated to a batch limit seen with a queue.
     Calibrated,
@@ -130,6 +132,10 @@ pub(crate) struct Calibration {
     /// The per-pod saturated throughput (pods that queued through two windows), smoothed: ranks
     /// above `saturated`, whose first queued window reads high.
     pod_saturated: Option<f64>,
+    /// When this calibration saw its first evidence, ms: a per-pod reading counts only two
+    /// windows later, so that after a rollout (a new calibration) the pods of the old template
+    /// that had queued do not calibrate the new one at once.
+    started_ms: Option<i64>,
     /// Since when (ms) every replica has queued, and no replica has, on how many replicas: the
     /// start of the current run (see [`WINDOW_MS`]).
     queued_since: Option<(i64, f64)>,
@@ -226,7 +232,10 @@ impl Calibration {
                     .map_or(per_replica, |s| smooth(s, per_replica)),
             );
         }
-        if let Some(v) = e.pod_saturated.filter(|v| v.is_finite() && *v > 0.0) {
+        let started = *self.started_ms.get_or_insert(now_ms);
+        if let Some(v) = e.pod_saturated.filter(|v| v.is_finite() && *v > 0.0)
+            && now_ms.saturating_sub(started) >= 2 * WINDOW_MS
+        {
             self.pod_saturated = Some(self.pod_saturated.map_or(v, |s| smooth(s, v)));
         }
         if e.max_waiting == 0.0
@@ -277,7 +286,13 @@ impl Calibration {
             let mu = (n / (output? * step)).min(prefill_bound);
             (mu.is_finite() && mu > 0.0).then_some(mu)
         };
-        let fresh = if let Some(s) = self.pod_saturated.or(self.saturated) {
+        // The pods' reading replaces the fleet's first windows, which read high; a lower fleet
+        // reading (the mix moved to longer requests since) still counts.
+        let saturated = match (self.pod_saturated, self.saturated) {
+            (Some(p), Some(f)) => Some(p.min(f)),
+            (p, f) => p.or(f),
+        };
+        let fresh = if let Some(s) = saturated {
             Some((Basis::Saturated, s, self.batch_limit))
         } else if let Some(n) = self.batch_limit
             && let Some(mu) = at(n)
@@ -536,18 +551,25 @@ mod tests {
             pod_saturated,
             ..Evidence::default()
         };
+        // t = 15 … 75 s: the fleet's first queued window.
         for _ in 0..5 {
             c.observe(&queued(2.02, None), next(), true, None);
         }
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Saturated);
         assert!((e.requests_per_second - 2.02).abs() < 1e-9, "{e:?}");
-        // The pod has queued through two windows and completes 1.25/s: its reading replaces
-        // the fleet's (not smoothed with it).
+        // t = 90 s: a pod reading 75 s after this calibration started may be a pod of the
+        // template before a rollout: not yet.
+        c.observe(&queued(2.02, Some(1.25)), next(), true, None);
+        assert!((c.estimate().unwrap().requests_per_second - 2.02).abs() < 1e-9);
+        c.observe(&queued(2.02, None), next(), true, None);
+        c.observe(&queued(2.02, None), next(), true, None);
+        // t = 135 s, two windows after the start: the pod has queued through two windows and
+        // completes 1.25/s; its reading replaces the fleet's (not smoothed with it).
         c.observe(&queued(1.6, Some(1.25)), next(), true, None);
         let e = c.estimate().unwrap();
         assert!((e.requests_per_second - 1.25).abs() < 1e-9, "{e:?}");
-        // The fleet's readings no longer move it; the pods' are smoothed:
+        // Higher fleet readings do not move it; the pods' are smoothed:
         // 1.25 + 0.2 × (1.35 − 1.25) = 1.27.
         c.observe(&queued(2.5, Some(1.35)), next(), true, None);
         c.observe(&queued(2.5, None), next(), true, None);
@@ -558,6 +580,13 @@ mod tests {
         c.observe(&queued(2.5, Some(0.0)), next(), true, None);
         c.observe(&queued(2.5, Some(f64::NAN)), next(), true, None);
         assert!((c.estimate().unwrap().requests_per_second - 1.27).abs() < 1e-9);
+        // The fleet reads lower than the pods for long (the mix moved to longer requests): the
+        // lower reading counts.
+        for _ in 0..20 {
+            c.observe(&queued(0.9, None), next(), true, None);
+        }
+        let e = c.estimate().unwrap();
+        assert!(e.requests_per_second < 1.0, "{e:?}");
     }
 
     /// The objective's e2e fleet (e2e/tests/objective.rs) at a 3 s sync period: 20 requests/s

@@ -150,8 +150,12 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
     let objective = spec.objective.as_ref()?;
     let s = objective.series_selector.trim();
     let attainment = parse_attainment(&objective.attainment).unwrap_or(0.99);
+    // Pods queued at every scrape of the last `QUEUED`, that existed `QUEUED` ago, and that are
+    // still there and queued now (a pod deleted or crashed since leaves a staleness marker the
+    // range selectors skip, while its completions stay in the rate window).
     let queued = format!(
         "((min by (pod) (min_over_time(vllm:num_requests_waiting{{{s}}}[{QUEUED}])) > 0) \
+         and on (pod) (min by (pod) (vllm:num_requests_waiting{{{s}}}) > 0) \
          and on (pod) min by (pod) (vllm:num_requests_waiting{{{s}}} offset {QUEUED}))"
     );
     let rate = |name: &str| format!("sum(rate({name}{{{s}}}[{WINDOW}]))");
@@ -180,8 +184,9 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
         format!("sum(vllm:kv_cache_usage_perc{{{s}}})"),
         // Completions per replica of the pods that existed `QUEUED` ago and had a queue at
         // every scrape since (whatever the rest of the fleet did); empty when none did. Summed
-        // and counted as the fleet's completions and replicas are: without a `pod` label it
-        // reads the fleet, every replica queued.
+        // and counted as the fleet's completions and replicas are. Without a `pod` label the
+        // fleet is one group: every replica queued, but replicas added or removed within
+        // `QUEUED` are not told apart (docs/objective.md).
         format!(
             "sum(sum by (pod) (rate(vllm:request_success_total{{{s}}}[{WINDOW}])) and on (pod) {queued}) \
              / count(vllm:num_requests_running{{{s}}} and on (pod) {queued})"
@@ -296,9 +301,11 @@ mod tests {
     /// The per-pod saturated reading over a Prometheus-like store at t = 180 s, scrapes every
     /// 15 s: pod a queued from t = 0 completing 2/s, pod b queued from t = 0 completing 4/s,
     /// pod c queued from t = 0 but empty once at t = 90 s, pod d started at t = 120 s and queued
-    /// all its life (its first minute reads high: 9/s). Only a and b count: (2 + 4) / 2 = 3.
-    /// Without a `pod` label (series told apart by `instance`) it reads the fleet: a, b, c
-    /// each queued through 2 min complete (2 + 4 + 3) / 3 = 3.
+    /// all its life (its first minute reads high: 9/s), pod e queued from t = 0 and deleted at
+    /// t = 165 s (a staleness marker; its completions are still in the rate window). Only a and
+    /// b count: (2 + 4) / 2 = 3. Without a `pod` label (series told apart by `instance`) it
+    /// reads the fleet: a, b and a third replica each queued through 2 min complete
+    /// (2 + 4 + 3) / 3 = 3.
     #[test]
     fn the_per_pod_saturated_query_counts_pods_queued_through_two_windows() {
         use crate::promql::{Labels, Store, evaluate_single, parse};
@@ -330,10 +337,10 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect()
         };
-        let store = |key: &str, pods: &[(&str, f64, i64, Option<i64>)]| {
+        let store = |key: &str, pods: &[(&str, f64, i64, Option<i64>, i64)]| {
             let mut store = Store::new();
-            for &(pod, per_s, from_ms, empty_at) in pods {
-                for t in (from_ms..=180_000).step_by(15_000) {
+            for &(pod, per_s, from_ms, empty_at, until_ms) in pods {
+                for t in (from_ms..=until_ms).step_by(15_000) {
                     #[allow(clippy::cast_precision_loss)]
                     let done = per_s * (t - from_ms) as f64 / 1000.0;
                     let waiting = if empty_at == Some(t) { 0.0 } else { 5.0 };
@@ -345,22 +352,30 @@ mod tests {
                         store.push(&labels(name, key, pod), t, Some(v));
                     }
                 }
+                if until_ms < 180_000 {
+                    let gone = [(key.to_owned(), pod.to_owned())].into_iter().collect();
+                    store.mark_stale(&gone, until_ms + 15_000);
+                }
             }
             store
         };
         let pods = [
-            ("a", 2.0, 0, None),
-            ("b", 4.0, 0, None),
-            ("c", 3.0, 0, Some(90_000)),
-            ("d", 9.0, 120_000, None),
+            ("a", 2.0, 0, None, 180_000),
+            ("b", 4.0, 0, None, 180_000),
+            ("c", 6.0, 0, Some(90_000), 180_000),
+            ("d", 9.0, 120_000, None, 180_000),
+            ("e", 8.0, 0, None, 150_000),
         ];
         let got = evaluate_single(&expr, &store("pod", &pods), 180_000).expect("a value");
         assert!((got - 3.0).abs() < 1e-9, "{got}");
-        let unlabelled = store("instance", &[pods[0], pods[1], ("c", 3.0, 0, None)]);
+        let unlabelled = store(
+            "instance",
+            &[pods[0], pods[1], ("c", 3.0, 0, None, 180_000)],
+        );
         let got = evaluate_single(&expr, &unlabelled, 180_000).expect("a value");
         assert!((got - 3.0).abs() < 1e-9, "{got}");
         // No pod queued through 2 min: no reading (the fleet's rule applies).
-        let young = store("pod", &[pods[2], pods[3]]);
+        let young = store("pod", &[pods[2], pods[3], pods[4]]);
         assert!(evaluate_single(&expr, &young, 180_000).is_err());
     }
 
@@ -434,8 +449,10 @@ mod tests {
     fn evidence_refuses_failed_counts_and_keeps_missing_latencies_optional() {
         let mut readings: Vec<Result<f64, String>> = vec![Ok(1.0); read::COUNT];
         readings[read::INTER_TOKEN] = Ok(f64::NAN);
+        // No pod queued for 2 min: Prometheus answers an empty vector (no data).
+        readings[read::POD_SATURATED] = Err("no data".into());
         let e = evidence(&readings).unwrap();
-        assert_eq!(e.inter_token, None);
+        assert_eq!((e.inter_token, e.pod_saturated), (None, None));
         assert_eq!(e.completions, 1.0);
         readings[read::WAITING] = Err("down".into());
         assert_eq!(evidence(&readings), Err(Skip::Unavailable("down".into())));

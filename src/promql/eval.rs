@@ -113,7 +113,7 @@ pub fn eval(expr: &Expr, store: &Store, t_ms: i64) -> Result<Value, PromqlError>
 ///
 /// # Errors
 /// [`PromqlError::Unsupported`] for the `@` modifier and `or` in label matchers.
-fn shifted(vs: &VectorSelector, t_ms: i64) -> Result<i64, PromqlError> {
+pub(super) fn shifted(vs: &VectorSelector, t_ms: i64) -> Result<i64, PromqlError> {
     if vs.at.is_some() {
         return Err(unsupported("@ modifier"));
     }

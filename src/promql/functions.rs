@@ -6,15 +6,17 @@ use std::collections::BTreeMap;
 use promql_parser::parser::{Call, Expr};
 
 use super::PromqlError;
-use super::eval::{Matrix, Value, drop_name, eval};
+use super::eval::{Matrix, Value, drop_name, eval, shifted};
 use super::store::{Labels, Store};
 
+/// The range vector argument `index` of `call`, its range and the end of its range (`t_ms`
+/// moved by the selector's `offset`), ms.
 fn matrix_arg(
     call: &Call,
     index: usize,
     store: &Store,
     t_ms: i64,
-) -> Result<(Matrix, i64), PromqlError> {
+) -> Result<(Matrix, i64, i64), PromqlError> {
     let arg = call
         .args
         .args
@@ -26,8 +28,9 @@ fn matrix_arg(
         });
     };
     let range_ms = i64::try_from(ms.range.as_millis()).unwrap_or(i64::MAX);
+    let end_ms = shifted(&ms.vs, t_ms)?;
     match eval(arg, store, t_ms)? {
-        Value::Matrix(m) => Ok((m, range_ms)),
+        Value::Matrix(m) => Ok((m, range_ms, end_ms)),
         _ => Err(PromqlError::Eval(format!(
             "{} expects a range vector",
             call.func.name
@@ -42,7 +45,7 @@ fn matrix_arg(
 pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, PromqlError> {
     let name = call.func.name;
     let over_time = |f: fn(&[(i64, f64)]) -> f64| -> Result<Value, PromqlError> {
-        let (m, _) = matrix_arg(call, 0, store, t_ms)?;
+        let (m, _, _) = matrix_arg(call, 0, store, t_ms)?;
         Ok(Value::Vector(
             m.into_iter()
                 .map(|(labels, pts)| (drop_name(labels), f(&pts)))
@@ -57,7 +60,7 @@ pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, Promq
         "count_over_time" => over_time(|p| p.len() as f64),
         "last_over_time" => over_time(|p| p.last().map_or(f64::NAN, |x| x.1)),
         "rate" | "increase" | "delta" => {
-            let (m, range_ms) = matrix_arg(call, 0, store, t_ms)?;
+            let (m, range_ms, end_ms) = matrix_arg(call, 0, store, t_ms)?;
             let kind = match name {
                 "rate" => Extrapolated::Rate,
                 "increase" => Extrapolated::Increase,
@@ -66,14 +69,14 @@ pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, Promq
             Ok(Value::Vector(
                 m.into_iter()
                     .filter_map(|(labels, pts)| {
-                        extrapolated_rate(&pts, t_ms, range_ms, kind)
+                        extrapolated_rate(&pts, end_ms, range_ms, kind)
                             .map(|v| (drop_name(labels), v))
                     })
                     .collect(),
             ))
         }
         "deriv" => {
-            let (m, _) = matrix_arg(call, 0, store, t_ms)?;
+            let (m, _, _) = matrix_arg(call, 0, store, t_ms)?;
             Ok(Value::Vector(
                 m.into_iter()
                     .filter_map(|(labels, pts)| slope(&pts).map(|v| (drop_name(labels), v)))

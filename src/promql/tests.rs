@@ -276,6 +276,13 @@ fn offset_reads_the_selector_earlier() {
         at("sum_over_time(g{pod=\"a\"}[30s] offset 15s)", 60_000),
         Ok(5.0)
     );
+    // A rate read 15 s earlier is the rate of that window: pod a rises 1 per 15 s.
+    assert_eq!(
+        at("rate(g{pod=\"a\"}[30s] offset 15s)", 60_000),
+        at("rate(g{pod=\"a\"}[30s])", 45_000)
+    );
+    let rate = at("rate(g{pod=\"a\"}[30s] offset 15s)", 60_000).expect("a rate");
+    assert!((rate - 1.0 / 15.0).abs() < 1e-12, "{rate}");
     // A negative offset reads later.
     assert_eq!(at("g{pod=\"a\"} offset -15s", 30_000), Ok(3.0));
     // Pods that existed 30 s ago, by pod: b is left out.
