@@ -18,7 +18,11 @@
 //! 4. the same cut without drain and with vLLM's default shutdown (`--shutdown-timeout 0`): the
 //!    in-flight precondition is asserted (the removed pod had requests running when it was
 //!    deleted); what is lost is counted per kind and printed (not asserted: it is the figure the
-//!    page reports).
+//!    page reports);
+//! 5. the recommended objective file (`docs/examples/vllm-objective.yaml`, issue 23) on the one
+//!    pod left, under saturating load: its `status.capacity` estimate, learned from the pod's
+//!    own metrics, is within 15 % of the completions/s the clients measured on that pod; with
+//!    room to grow, the objective raises the fleet.
 //!
 //! Which kind a pod served is read from its own `/metrics`: streaming requests ask for
 //! [`STREAM_TOKENS`] and non-streaming ones for [`PLAIN_TOKENS`], which fall in different buckets
@@ -957,6 +961,136 @@ async fn real_vllm_2_drains_in_flight() -> anyhow::Result<()> {
         );
     }
 
+    operator.remove(&client).await
+}
+
+/// The recommended objective file, as a user applies it, with the story's names, Prometheus
+/// and series, and `max_replicas`.
+fn objective_scaler(prometheus: &str, max_replicas: i32) -> anyhow::Result<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/examples/vllm-objective.yaml"
+    );
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let mut scaler: Value = serde_yaml::from_str(&text)?;
+    scaler["metadata"] = json!({"name": NAME, "namespace": NAMESPACE});
+    scaler["spec"]["serverAddress"] = json!(prometheus);
+    scaler["spec"]["maxReplicas"] = json!(max_replicas);
+    scaler["spec"]["objective"]["seriesSelector"] =
+        json!(format!("namespace=\"{NAMESPACE}\",app=\"{NAME}\""));
+    Ok(scaler)
+}
+
+/// Phase 5 (the module's doc): the objective calibrates on a real vLLM pod. Starts from the one
+/// pod [`real_vllm_2_drains_in_flight`] left (or `e2e/real-vllm up 1`). While `maxReplicas` is
+/// 1 the pod stays saturated (8 closed-loop clients, `--max-num-seqs 2`: a queue of about 6) and
+/// the operator learns its throughput; the clients count the same pod's completions. The
+/// estimate is read once the load has run 4 minutes (a pod reading needs 2 minutes of queue and
+/// 2 minutes of calibration, docs/objective.md#calibration) and its basis is `saturated`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs e2e/cluster up --real-node and e2e/real-vllm up: run e2e/real-vllm-test"]
+async fn real_vllm_3_objective_calibrates() -> anyhow::Result<()> {
+    let prometheus = std::env::var("VLLM_PROMETHEUS_URL")
+        .context("VLLM_PROMETHEUS_URL is not set: run e2e/real-vllm-test")?;
+    let client = client().await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    wait_pod_count(&pods, 1, "1 vLLM pod", 2 * LOAD_TIMEOUT).await?;
+    wait_for("the vLLM pod Ready", LOAD_TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            let ready = ready_pods(&pods, SELECTOR).await?.len();
+            Ok(if ready == 1 {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{ready} Ready"))
+            })
+        }
+    })
+    .await?;
+    let operator = Operator::install(&client).await?;
+    let url = completions_url(&client).await?;
+    let scalers: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NAMESPACE, &scaler_resource());
+
+    let load = Load::start(&url, 8, 8, Tokens::same(64));
+    apply_scaler(&client, &objective_scaler(&prometheus, 1)?).await?;
+    let started = Instant::now();
+    // The clients' count from the first minute on (the queue formed, the batch full).
+    let window = wait_for(
+        "a minute of saturating load",
+        Duration::from_secs(120),
+        || {
+            let tally = load.tally.clone();
+            async move {
+                Ok(if started.elapsed() >= Duration::from_secs(60) {
+                    Check::Done((Instant::now(), tally.ok_total()))
+                } else {
+                    Check::NotYet(format!("{} ok so far", tally.ok_total()))
+                })
+            }
+        },
+    )
+    .await?;
+    let capacity = wait_for(
+        "status.capacity saturated after 4 min of load",
+        Duration::from_secs(600),
+        || {
+            let scalers = scalers.clone();
+            async move {
+                let status = scalers.get(NAME).await?.data["status"].clone();
+                let capacity = status["capacity"].clone();
+                Ok(
+                    if started.elapsed() >= Duration::from_secs(240)
+                        && capacity["basis"] == "saturated"
+                    {
+                        Check::Done(capacity)
+                    } else {
+                        Check::NotYet(capacity.to_string())
+                    },
+                )
+            }
+        },
+    )
+    .await?;
+    let (from, ok_from) = window;
+    #[allow(clippy::cast_precision_loss)]
+    let measured_rps = (load.tally.ok_total() - ok_from) as f64 / from.elapsed().as_secs_f64();
+    let estimate: f64 = capacity["requestsPerSecond"]
+        .as_str()
+        .context("no requestsPerSecond")?
+        .parse()?;
+    measured("status.capacity", &capacity);
+    measured(
+        "one real pod: clients' completions/s vs the estimate",
+        format!(
+            "{measured_rps:.3} vs {estimate:.3} ({:+.0} %)",
+            100.0 * (estimate / measured_rps - 1.0)
+        ),
+    );
+    ensure!(
+        (estimate / measured_rps - 1.0).abs() <= 0.15,
+        "the estimate {estimate:.3} requests/s is not within 15 % of the {measured_rps:.3} the \
+         clients completed on the pod"
+    );
+
+    // Room to grow: the objective (and its TTFT guardrail) raise the saturated fleet.
+    let walk = Recorder::deployment(&client, NAMESPACE, NAME).await?;
+    apply_scaler(&client, &objective_scaler(&prometheus, MAX_REPLICAS)?).await?;
+    let raised = walk
+        .wait_until("a scale-up above 1", Duration::from_secs(120), |v| {
+            (v.replicas() > Some(1)).then(|| v.clone())
+        })
+        .await?;
+    measured(
+        "objective: spec.replicas raised to",
+        raised.replicas().unwrap_or(0),
+    );
+    let tally = load.finish().await?;
+    ensure!(
+        tally.failed_total() == 0,
+        "the objective phase lost requests: {:?}",
+        tally.failed()
+    );
     operator.remove(&client).await
 }
 
