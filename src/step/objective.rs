@@ -14,11 +14,12 @@ use crate::engine::{MetricInput, MetricOutcome, Skip};
 
 /// How long the request-rate trend looks back, ms.
 const TREND_MS: i64 = 300_000;
-/// How much the Ready replicas must have grown (share of those when the TTFT guardrail
-/// engaged, at least one replica) before the guardrail may be set aside as futile.
+/// How much the Ready replicas must have grown (share of those at the reading the TTFT
+/// guardrail is judged from, at least one replica) before the guardrail may be set aside as
+/// futile.
 const FUTILE_GROWTH: f64 = 1.5;
-/// The TTFT quantile must have fallen below this share of its reading when the guardrail
-/// engaged for the growth to count as helping.
+/// The TTFT quantile must have fallen below this share of the reading the guardrail is judged
+/// from for the growth to count as helping.
 const FUTILE_IMPROVEMENT: f64 = 0.9;
 /// A set-aside guardrail engages again above this multiple of the reading it was set aside at.
 const FUTILE_REARM: f64 = 1.25;
@@ -52,15 +53,20 @@ pub(super) struct ObjectiveMemory {
 struct Futile {
     at: f64,
     lasting: bool,
+    /// Since when every replica has had a queue: a whole rate window of it is a fleet short of
+    /// replicas, and the objective's guardrail is back.
+    short_ms: Option<i64>,
 }
 
 /// The TTFT guardrail above the objective since `reading`, on `ready` Ready replicas; `grown_ms`:
-/// since when the Ready replicas are [`FUTILE_GROWTH`] times those.
+/// since when the Ready replicas are [`FUTILE_GROWTH`] times those; `queued_ms`: when a replica
+/// last had a queue.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Episode {
     ready: i32,
     reading: f64,
     grown_ms: Option<i64>,
+    queued_ms: Option<i64>,
 }
 
 impl ObjectiveMemory {
@@ -136,8 +142,30 @@ impl ObjectiveMemory {
         ready: i32,
         now_ms: i64,
     ) -> f64 {
-        let relaxed = |futile: Option<Futile>| futile.map_or(objective_s, |f| f.at * FUTILE_REARM);
+        let (min_waiting, max_waiting) = waiting;
+        // Never below the objective (a `ttftSeconds` raised since the set-aside).
+        let relaxed = |futile: Option<Futile>| {
+            futile.map_or(objective_s, |f| (f.at * FUTILE_REARM).max(objective_s))
+        };
+        if let Some(f) = self.futile.as_mut() {
+            f.short_ms = match (min_waiting.is_some_and(|w| w > 0.0), f.short_ms) {
+                (false, _) => None,
+                (true, Some(t)) => Some(t),
+                (true, None) => Some(now_ms),
+            };
+            if f.short_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) >= WINDOW_MS)
+            {
+                // Every replica queued for a window: the fleet is short; the guardrail is back.
+                self.futile = None;
+                self.episode = None;
+            }
+        }
         let Some(q) = quantile else {
+            // An idle window: growth from before it says nothing about the next burst.
+            if let Some(e) = self.episode.as_mut() {
+                e.grown_ms = None;
+            }
             return relaxed(self.futile);
         };
         if q <= objective_s {
@@ -146,8 +174,9 @@ impl ObjectiveMemory {
             return relaxed(self.futile);
         }
         if let Some(f) = self.futile {
-            if q <= f.at * FUTILE_REARM {
-                return f.at * FUTILE_REARM;
+            let target = relaxed(Some(f));
+            if q <= target {
+                return target;
             }
             // Worse than when set aside: a queue again; the objective's guardrail is back.
             self.futile = None;
@@ -157,6 +186,7 @@ impl ObjectiveMemory {
             ready,
             reading: q,
             grown_ms: None,
+            queued_ms: None,
         });
         if q < FUTILE_IMPROVEMENT * episode.reading {
             // More replicas helped (or a backlog drained): the next growth is judged from here.
@@ -164,7 +194,11 @@ impl ObjectiveMemory {
                 ready,
                 reading: q,
                 grown_ms: None,
+                queued_ms: episode.queued_ms,
             };
+        }
+        if max_waiting != Some(0.0) {
+            episode.queued_ms = Some(now_ms);
         }
         let grown = f64::from(ready) >= (f64::from(episode.ready) * FUTILE_GROWTH).ceil()
             && ready > episode.ready;
@@ -176,14 +210,19 @@ impl ObjectiveMemory {
         let settled = episode
             .grown_ms
             .is_some_and(|t| now_ms.saturating_sub(t) >= WINDOW_MS);
-        let (min_waiting, max_waiting) = waiting;
         if settled && min_waiting == Some(0.0) && q >= FUTILE_IMPROVEMENT * episode.reading {
+            // No queue anywhere for a whole rate window (the quantile's window): slow on their
+            // own. A queue within it: a backlog stranded on the pods that received it.
+            let lasting = episode
+                .queued_ms
+                .is_none_or(|t| now_ms.saturating_sub(t) >= WINDOW_MS);
             self.futile = Some(Futile {
                 at: q,
-                lasting: max_waiting == Some(0.0),
+                lasting,
+                short_ms: None,
             });
             self.episode = None;
-            return q * FUTILE_REARM;
+            return relaxed(self.futile);
         }
         objective_s
     }
@@ -263,8 +302,11 @@ pub(super) fn step<E: Clone>(
             });
         }
     };
-    // Against the guardrail's target: a set-aside (futile) objective teaches no correction.
-    let ttft_over = quantile.map(|v| v > target_s);
+    // A set-aside (futile) objective teaches no correction: above the relaxed target it is
+    // over, within the objective it is not, and between the two it says nothing.
+    let ttft_over = quantile
+        .filter(|v| target_s <= model.ttft_s || *v <= model.ttft_s || *v > target_s)
+        .map(|v| v > model.ttft_s);
     let sized = memory.last.is_some_and(|last| ready >= last);
     memory
         .calibration
@@ -630,6 +672,50 @@ mod tests {
                 );
             }
         }
+        // Judged from 3 s on 2 replicas: 3 Ready (1.5 × 2) for a window at 2.9 s (not below
+        // 0.9 × 3 = 2.7 s) sets it aside at 1.25 × 2.9 = 3.625 s. Judged from the 4 s on 1
+        // replica it engaged at, 2.9 s would count as helped.
+        let mut memory = ObjectiveMemory::default();
+        assert_eq!(memory.ttft_target(2.0, Some(4.0), none, 1, 0), 2.0);
+        assert_eq!(memory.ttft_target(2.0, Some(3.0), none, 2, 15_000), 2.0);
+        for t in [30_000, 45_000, 60_000, 75_000] {
+            assert_eq!(memory.ttft_target(2.0, Some(2.9), none, 3, t), 2.0);
+        }
+        let target = memory.ttft_target(2.0, Some(2.9), none, 3, 90_000);
+        assert!((target - 3.625).abs() < 1e-12, "{target}");
+        // Every replica queued for a whole window while set aside: the fleet is short, the
+        // objective's guardrail is back (a reading within the relaxed target or not).
+        for t in [105_000, 120_000, 135_000, 150_000] {
+            let target = memory.ttft_target(2.0, Some(3.0), everywhere(2.0), 3, t);
+            assert!((target - 3.625).abs() < 1e-12, "{t}: {target}");
+        }
+        assert_eq!(
+            memory.ttft_target(2.0, Some(3.0), everywhere(2.0), 3, 165_000),
+            2.0
+        );
+        assert_eq!(memory.futile, None);
+
+        // A queue within the last window when set aside: not lasting (the quantile's window
+        // still holds the backlog); a dip within the objective ends it.
+        let mut memory = ObjectiveMemory::default();
+        assert_eq!(
+            memory.ttft_target(2.0, Some(9.0), everywhere(4.0), 1, 0),
+            2.0
+        );
+        for t in [15_000, 30_000, 45_000, 60_000] {
+            memory.ttft_target(2.0, Some(9.0), (Some(0.0), Some(4.0)), 2, t);
+        }
+        let target = memory.ttft_target(2.0, Some(9.0), none, 2, 75_000);
+        assert!((target - 11.25).abs() < 1e-12, "{target}");
+        assert_eq!(memory.ttft_target(2.0, Some(1.0), none, 2, 90_000), 2.0);
+        // A lasting set-aside never relaxes below an objective raised since (3 s > 1.25 × 2.2).
+        let mut memory = ObjectiveMemory::default();
+        memory.futile = Some(Futile {
+            at: 2.2,
+            lasting: true,
+            short_ms: None,
+        });
+        assert_eq!(memory.ttft_target(3.0, Some(2.5), none, 5, 0), 3.0);
     }
 
     #[test]
