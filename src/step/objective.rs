@@ -709,12 +709,14 @@ mod tests {
         assert!((target - 11.25).abs() < 1e-12, "{target}");
         assert_eq!(memory.ttft_target(2.0, Some(1.0), none, 2, 90_000), 2.0);
         // A lasting set-aside never relaxes below an objective raised since (3 s > 1.25 × 2.2).
-        let mut memory = ObjectiveMemory::default();
-        memory.futile = Some(Futile {
-            at: 2.2,
-            lasting: true,
-            short_ms: None,
-        });
+        let mut memory = ObjectiveMemory {
+            futile: Some(Futile {
+                at: 2.2,
+                lasting: true,
+                short_ms: None,
+            }),
+            ..ObjectiveMemory::default()
+        };
         assert_eq!(memory.ttft_target(3.0, Some(2.5), none, 5, 0), 3.0);
     }
 
