@@ -272,6 +272,30 @@ pub(crate) fn trend(points: &[(i64, f64)]) -> f64 {
     }
 }
 
+/// A scaler with `objective: {ttftSeconds: "2", attainment: "0.99"}` on the series
+/// `namespace="x"`, 1–20 replicas (the unit tests' spec).
+#[cfg(test)]
+pub(crate) fn test_spec() -> LLMScalerSpec {
+    let mut spec = LLMScalerSpec::new(
+        llmscaler_api::TargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "vllm".into(),
+        },
+        "http://prometheus:9090",
+        1,
+        20,
+    );
+    spec.objective = Some(llmscaler_api::Objective {
+        ttft_seconds: "2".into(),
+        attainment: "0.99".into(),
+        runtime: None,
+        series_selector: "namespace=\"x\"".into(),
+        lookahead_seconds: None,
+    });
+    spec
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,26 +333,7 @@ mod tests {
     #[test]
     fn the_per_pod_saturated_query_counts_pods_queued_through_two_windows() {
         use crate::promql::{Labels, Store, evaluate_single, parse};
-        let spec = {
-            let mut spec = LLMScalerSpec::new(
-                llmscaler_api::TargetRef {
-                    api_version: "apps/v1".into(),
-                    kind: "Deployment".into(),
-                    name: "vllm".into(),
-                },
-                "http://prometheus:9090",
-                1,
-                20,
-            );
-            spec.objective = Some(llmscaler_api::Objective {
-                ttft_seconds: "2".into(),
-                attainment: "0.99".into(),
-                runtime: None,
-                series_selector: "namespace=\"x\"".into(),
-                lookahead_seconds: None,
-            });
-            spec
-        };
+        let spec = test_spec();
         let query = &queries(&spec).unwrap()[read::POD_SATURATED];
         let expr = parse(query).expect("parses");
         let labels = |name: &str, key: &str, pod: &str| -> Labels {

@@ -304,9 +304,10 @@ pub(super) fn step<E: Clone>(
     };
     // A set-aside (futile) objective teaches no correction: above the relaxed target it is
     // over, within the objective it is not, and between the two it says nothing.
-    let ttft_over = quantile
-        .filter(|v| target_s <= model.ttft_s || *v <= model.ttft_s || *v > target_s)
-        .map(|v| v > model.ttft_s);
+    let ttft_over = quantile.and_then(|v| match (v > model.ttft_s, v > target_s) {
+        (true, false) => None,
+        (over, _) => Some(over),
+    });
     let sized = memory.last.is_some_and(|last| ready >= last);
     memory
         .calibration
@@ -479,27 +480,6 @@ mod tests {
         assert_eq!(merge(Some(&first), None, 4000), None);
     }
 
-    fn spec() -> LLMScalerSpec {
-        let mut spec = LLMScalerSpec::new(
-            llmscaler_api::TargetRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                name: "vllm".into(),
-            },
-            "http://prometheus:9090",
-            1,
-            20,
-        );
-        spec.objective = Some(llmscaler_api::Objective {
-            ttft_seconds: "2".into(),
-            attainment: "0.99".into(),
-            runtime: None,
-            series_selector: "namespace=\"x\"".into(),
-            lookahead_seconds: None,
-        });
-        spec
-    }
-
     /// A fleet of `replicas` completing `rps` each, every replica queued (`waiting` > 0) or not.
     fn readings(replicas: f64, rps: f64, waiting: f64, ttft: f64) -> Vec<Result<f64, String>> {
         let mut r = vec![Ok(0.0); read::COUNT];
@@ -520,7 +500,7 @@ mod tests {
 
     #[test]
     fn a_saturated_fleet_calibrates_sizes_and_starts_over_on_a_new_template() {
-        let spec = spec();
+        let spec = objective::test_spec();
         let mut memory = ObjectiveMemory::default();
         let template = "a".to_owned();
         // One replica, queued for five syncs, completing 4 requests/s: saturated, μ = 4; the
