@@ -25,6 +25,14 @@ const FUTILE_IMPROVEMENT: f64 = 0.9;
 const FUTILE_REARM: f64 = 1.25;
 /// A rate this far (share) from the written one is a material change of `status.capacity`.
 const MATERIAL_SHARE: f64 = 0.05;
+/// The probe (docs/objective.md#probing): the TTFT quantile at most this share of the
+/// objective for a whole rate window, on a fleet no larger than recommended, lets the sizing
+/// rate grow by [`PROBE_STEP`]; above [`PROBE_BACK`] of the objective it falls back by as much.
+const PROBE_MARGIN: f64 = 0.5;
+const PROBE_BACK: f64 = 0.75;
+const PROBE_STEP: f64 = 1.25;
+/// The most the probe multiplies an estimate that saw no saturated replica by.
+pub(crate) const PROBE_MAX: f64 = 8.0;
 
 /// The objective's memory in a scaler.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -43,6 +51,22 @@ pub(super) struct ObjectiveMemory {
     episode: Option<Episode>,
     /// The guardrail set aside as futile.
     futile: Option<Futile>,
+    /// The probe of an estimate no saturated replica confirmed.
+    probe: Option<Probe>,
+}
+
+/// The probe: an estimate that is not `saturated` is a floor of what a replica completes
+/// (the throughput of replicas that never queued, or a line extrapolated from them), and a
+/// fleet sized on it never queues, so it would never learn more. While the TTFT quantile keeps a
+/// wide margin under the objective, the fleet is sized on `factor` times the estimate, a step
+/// more each rate window the smaller fleet held the margin, until replicas queue long enough
+/// for the per-pod saturated reading (docs/objective.md#probing).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Probe {
+    /// The multiple of the estimate the fleet is sized on, 1..=[`PROBE_MAX`].
+    factor: f64,
+    /// Since when (ms) the quantile has held the margin on a fleet no larger than recommended.
+    held_ms: Option<i64>,
 }
 
 /// A TTFT guardrail set aside as futile at the quantile `at`, seconds. `lasting`: no replica
@@ -226,6 +250,62 @@ impl ObjectiveMemory {
         }
         objective_s
     }
+
+    /// The probe's factor this sync (see [`Probe`]): 1 unless the estimate is the floor of
+    /// what a replica completes (`lowerBound`, or a line that reads no more than the best
+    /// throughput seen); then it grows by [`PROBE_STEP`] once the TTFT `quantile` (seconds) has
+    /// stayed at most [`PROBE_MARGIN`] of `objective_s` for a whole rate window with `ready`
+    /// no more than the objective's last recommendation (the smaller fleet was tried), holds in
+    /// between or without a reading, and falls back by [`PROBE_STEP`] (to 1 at least) above
+    /// [`PROBE_BACK`] of the objective.
+    fn probe(
+        &mut self,
+        estimate: &Estimate,
+        objective_s: f64,
+        quantile: Option<f64>,
+        ready: i32,
+        now_ms: i64,
+    ) -> f64 {
+        match estimate.basis {
+            Basis::Saturated | Basis::Restored => {
+                self.probe = None;
+                return 1.0;
+            }
+            Basis::Calibrated | Basis::Extrapolated | Basis::LowerBound => {}
+        }
+        let tried = self.last.is_some_and(|last| ready <= last);
+        let probe = self.probe.get_or_insert(Probe {
+            factor: 1.0,
+            held_ms: None,
+        });
+        match quantile {
+            Some(q) if q > objective_s => {
+                // The objective missed: the probe starts over.
+                probe.factor = 1.0;
+                probe.held_ms = None;
+            }
+            Some(q) if q > PROBE_BACK * objective_s => {
+                probe.factor = (probe.factor / PROBE_STEP).max(1.0);
+                probe.held_ms = None;
+            }
+            Some(q) if q <= PROBE_MARGIN * objective_s && tried => {
+                let since = *probe.held_ms.get_or_insert(now_ms);
+                if now_ms.saturating_sub(since) >= WINDOW_MS {
+                    probe.factor = (probe.factor * PROBE_STEP).min(PROBE_MAX);
+                    probe.held_ms = Some(now_ms);
+                }
+            }
+            Some(_) => probe.held_ms = None,
+            None => {}
+        }
+        probe.factor
+    }
+}
+
+/// The fewest replicas one probe step may leave of `ready`: four fifths, rounded up (a fleet of
+/// fewer than five replicas is not probed).
+fn probe_floor(ready: i32) -> i32 {
+    ready.saturating_mul(4).saturating_add(4) / 5
 }
 
 /// What the objective adds to one sync.
@@ -334,7 +414,24 @@ pub(super) fn step<E: Clone>(
                 startup_s,
             };
             let lambda = model.demand(&demand, estimate, memory.calibration.mix());
-            let mut outcome = model.outcome(lambda, estimate, memory.calibration.floor(), cap);
+            let floor = memory.calibration.floor();
+            let mut outcome = model.outcome(lambda, estimate, floor, cap);
+            let factor = memory.probe(estimate, model.ttft_s, quantile, ready, now_ms);
+            if factor > 1.0
+                && let Ok(r) = outcome.recommendation.as_mut()
+            {
+                let sizing = Estimate {
+                    requests_per_second: estimate.requests_per_second * factor,
+                    ..*estimate
+                };
+                if let Ok(probed) = model
+                    .outcome::<E>(lambda, &sizing, floor, cap)
+                    .recommendation
+                {
+                    // One probe step sheds at most a fifth of the Ready replicas.
+                    *r = probed.max(probe_floor(ready)).min(*r);
+                }
+            }
             if estimate.basis == Basis::LowerBound
                 && let Ok(r) = outcome.recommendation.as_mut()
             {
@@ -698,6 +795,95 @@ mod tests {
             ..ObjectiveMemory::default()
         };
         assert_eq!(memory.ttft_target(3.0, Some(2.5), none, 5, 0), 3.0);
+    }
+
+    /// The replicas the objective recommends without the probe at the sync `added` reports.
+    fn unprobed(
+        spec: &LLMScalerSpec,
+        memory: &ObjectiveMemory,
+        added: &Added<String>,
+        spec_replicas: i32,
+    ) -> i32 {
+        let model = ObjectiveModel::from_spec(spec).unwrap();
+        let estimate = added.estimate.unwrap();
+        let lambda = added.outcome.value.unwrap();
+        let r = model
+            .outcome::<String>(lambda, &estimate, memory.calibration.floor(), 20)
+            .recommendation
+            .unwrap();
+        if estimate.basis == Basis::LowerBound {
+            r.min(spec_replicas)
+        } else {
+            r
+        }
+    }
+
+    #[test]
+    fn a_probe_step_sheds_at_most_a_fifth() {
+        assert_eq!(
+            [10, 6, 5, 4, 2, 1, 0].map(probe_floor),
+            [8, 5, 4, 4, 2, 1, 0]
+        );
+    }
+
+    #[test]
+    fn a_lower_bound_fleet_with_a_wide_ttft_margin_is_probed_and_a_miss_ends_the_probe() {
+        let spec = objective::test_spec();
+        let mut memory = ObjectiveMemory::default();
+        let template = "a".to_owned();
+        // 20 requests/s over a fleet that never queues, TTFT p99 0.4 s (a fifth of the 2 s
+        // objective): the estimate is the throughput per replica, a lower bound.
+        let mut ready = 10;
+        let mut probed_at = None;
+        for i in 0..40 {
+            let rps = 20.0 / f64::from(ready);
+            let added = step(
+                &spec,
+                &mut memory,
+                Some(&readings(f64::from(ready), rps, 0.0, 0.4)),
+                (i * 15_000, ready, ready, Some(&template)),
+                0.0,
+                20,
+            )
+            .unwrap();
+            let estimate = added.estimate.unwrap();
+            assert_ne!(estimate.basis, Basis::Saturated);
+            let r = added.outcome.recommendation.clone().unwrap();
+            let plain = unprobed(&spec, &memory, &added, ready);
+            if i < 5 {
+                // Less than a rate window of margin: no probe.
+                assert_eq!(r, plain, "sync {i}");
+            }
+            // Never more than the estimate sizes, never a fifth fewer than are Ready.
+            assert!(
+                r <= plain && r >= probe_floor(ready),
+                "sync {i}: {r} of {ready}"
+            );
+            if r < plain && probed_at.is_none() {
+                probed_at = Some(i);
+            }
+            ready = r.max(1);
+        }
+        // The margin counts from the first sync with a recommendation to try (the second, at
+        // 15 s): a rate window later, at 75 s, the sixth sync is probed.
+        assert_eq!(probed_at, Some(5));
+        assert!(ready < 10, "{ready}");
+        // The objective missed: the probe starts over at once.
+        let rps = 20.0 / f64::from(ready);
+        let added = step(
+            &spec,
+            &mut memory,
+            Some(&readings(f64::from(ready), rps, 0.0, 2.5)),
+            (40 * 15_000, ready, ready, Some(&template)),
+            0.0,
+            20,
+        )
+        .unwrap();
+        assert_eq!(
+            added.outcome.recommendation,
+            Ok(unprobed(&spec, &memory, &added, ready))
+        );
+        assert_eq!(memory.probe.map(|p| p.factor), Some(1.0));
     }
 
     #[test]
