@@ -26,13 +26,16 @@ const FUTILE_REARM: f64 = 1.25;
 /// A rate this far (share) from the written one is a material change of `status.capacity`.
 const MATERIAL_SHARE: f64 = 0.05;
 /// The probe (docs/objective.md#probing): the TTFT quantile at most this share of the
-/// objective for a whole rate window, on a fleet no larger than recommended, lets the sizing
-/// rate grow by [`PROBE_STEP`]; above [`PROBE_BACK`] of the objective it falls back by as much.
+/// objective for a whole rate window lets the probe's factor grow.
 const PROBE_MARGIN: f64 = 0.5;
+/// Above this share of the objective the probe's factor steps back.
 const PROBE_BACK: f64 = 0.75;
-const PROBE_STEP: f64 = 1.25;
-/// The most the probe multiplies an estimate that saw no saturated replica by.
-pub(crate) const PROBE_MAX: f64 = 8.0;
+/// The probe's factor grows and steps back by this much.
+const PROBE_STEP: f64 = 2.0;
+/// A demand this many times the one of the probe's last step starts it over.
+const PROBE_RISE: f64 = 1.25;
+/// The most the probe multiplies an estimate by.
+const PROBE_MAX: f64 = 8.0;
 
 /// The objective's memory in a scaler.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,6 +47,9 @@ pub(super) struct ObjectiveMemory {
     rates: VecDeque<(i64, f64)>,
     /// The objective's last recommendation, replicas.
     last: Option<i32>,
+    /// What it would have been without the probe, replicas: a fleet of that size that misses
+    /// the objective teaches the correction; one the probe kept smaller does not.
+    last_plain: Option<i32>,
     /// Recent `(ms, requests in the system, replicas reporting)`: their growth over the rate
     /// window is the part of the arrivals the completions do not show yet.
     in_system: VecDeque<(i64, f64, f64)>,
@@ -55,18 +61,28 @@ pub(super) struct ObjectiveMemory {
     probe: Option<Probe>,
 }
 
-/// The probe: an estimate that is not `saturated` is a floor of what a replica completes
-/// (the throughput of replicas that never queued, or a line extrapolated from them), and a
-/// fleet sized on it never queues, so it would never learn more. While the TTFT quantile keeps a
-/// wide margin under the objective, the fleet is sized on `factor` times the estimate, a step
-/// more each rate window the smaller fleet held the margin, until replicas queue long enough
-/// for the per-pod saturated reading (docs/objective.md#probing).
+/// The probe: an estimate that is not `saturated` is what replicas that never queued were seen
+/// to complete, or a line extrapolated from them, and a fleet sized on it never queues, so it
+/// would never learn more. While the TTFT quantile keeps a wide margin under the objective, the
+/// fleet is sized on `factor` times the estimate, one step more each rate window the smaller
+/// fleet held the margin, until replicas queue long enough for the per-pod saturated reading
+/// (docs/objective.md#probing).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Probe {
     /// The multiple of the estimate the fleet is sized on, 1..=[`PROBE_MAX`].
     factor: f64,
+    /// The basis it multiplies: another basis is another estimate, and the probe starts over.
+    basis: Basis,
     /// Since when (ms) the quantile has held the margin on a fleet no larger than recommended.
     held_ms: Option<i64>,
+    /// The Ready replicas at the factor's last step (or start): a step sheds at most a fifth.
+    ready: i32,
+    /// The demand at the factor's last step (or start), requests/s.
+    demand: f64,
+    /// The estimate when the probe started, requests/s per replica: the fleet is sized on the
+    /// larger of the estimate and `factor × base`, so a lower bound that rises as the fleet
+    /// shrinks uses the factor up instead of being multiplied by it.
+    base: f64,
 }
 
 /// A TTFT guardrail set aside as futile at the quantile `at`, seconds. `lasting`: no replica
@@ -251,39 +267,47 @@ impl ObjectiveMemory {
         objective_s
     }
 
-    /// The probe's factor this sync (see [`Probe`]): 1 unless the estimate is the floor of
-    /// what a replica completes (`lowerBound`, or a line that reads no more than the best
-    /// throughput seen); then it grows by [`PROBE_STEP`] once the TTFT `quantile` (seconds) has
-    /// stayed at most [`PROBE_MARGIN`] of `objective_s` for a whole rate window with `ready`
-    /// no more than the objective's last recommendation (the smaller fleet was tried), holds in
-    /// between or without a reading, and falls back by [`PROBE_STEP`] (to 1 at least) above
-    /// [`PROBE_BACK`] of the objective.
+    /// The probe this sync (see [`Probe`]) for `estimate`: `None` for a `saturated` or
+    /// `restored` one; otherwise the rate to size on, requests/s per replica (the larger of the
+    /// estimate and `factor × base`), and the Ready replicas a fifth of which one step may shed.
+    /// The factor grows by [`PROBE_STEP`] once the TTFT `quantile` (seconds) has stayed at most
+    /// [`PROBE_MARGIN`] of `objective_s` for a whole rate window with `ready` no more than the
+    /// objective's last recommendation (the smaller fleet was tried) and at least five (a step
+    /// can shed a replica); it steps back by [`PROBE_STEP`] above [`PROBE_BACK`] of the
+    /// objective, and starts over at 1 above the objective, on a new basis, or when the demand
+    /// `lambda` (requests/s) rose [`PROBE_RISE`]-fold since its last step. A sync without a
+    /// quantile (an idle window) restarts the window of margin.
     fn probe(
         &mut self,
         estimate: &Estimate,
         objective_s: f64,
         quantile: Option<f64>,
-        ready: i32,
+        (ready, lambda): (i32, f64),
         now_ms: i64,
-    ) -> f64 {
-        match estimate.basis {
+    ) -> Option<(f64, i32)> {
+        let basis = estimate.basis;
+        match basis {
             Basis::Saturated | Basis::Restored => {
                 self.probe = None;
-                return 1.0;
+                return None;
             }
             Basis::Calibrated | Basis::Extrapolated | Basis::LowerBound => {}
         }
         let tried = self.last.is_some_and(|last| ready <= last);
-        let probe = self.probe.get_or_insert(Probe {
+        let start = Probe {
             factor: 1.0,
+            basis,
             held_ms: None,
-        });
+            ready,
+            demand: lambda,
+            base: estimate.requests_per_second,
+        };
+        let probe = self.probe.get_or_insert(start);
+        if probe.basis != basis || lambda > PROBE_RISE * probe.demand.max(f64::MIN_POSITIVE) {
+            *probe = start;
+        }
         match quantile {
-            Some(q) if q > objective_s => {
-                // The objective missed: the probe starts over.
-                probe.factor = 1.0;
-                probe.held_ms = None;
-            }
+            Some(q) if q > objective_s => *probe = start,
             Some(q) if q > PROBE_BACK * objective_s => {
                 probe.factor = (probe.factor / PROBE_STEP).max(1.0);
                 probe.held_ms = None;
@@ -291,19 +315,26 @@ impl ObjectiveMemory {
             Some(q) if q <= PROBE_MARGIN * objective_s && tried => {
                 let since = *probe.held_ms.get_or_insert(now_ms);
                 if now_ms.saturating_sub(since) >= WINDOW_MS {
-                    probe.factor = (probe.factor * PROBE_STEP).min(PROBE_MAX);
-                    probe.held_ms = Some(now_ms);
+                    *probe = Probe {
+                        factor: (probe.factor * PROBE_STEP).min(PROBE_MAX),
+                        held_ms: Some(now_ms),
+                        ready,
+                        demand: lambda,
+                        ..*probe
+                    };
                 }
             }
-            Some(_) => probe.held_ms = None,
-            None => {}
+            Some(_) | None => probe.held_ms = None,
         }
-        probe.factor
+        Some((
+            (probe.factor * probe.base).max(estimate.requests_per_second),
+            probe.ready,
+        ))
     }
 }
 
 /// The fewest replicas one probe step may leave of `ready`: four fifths, rounded up (a fleet of
-/// fewer than five replicas is not probed).
+/// fewer than five replicas is not shrunk by the probe).
 fn probe_floor(ready: i32) -> i32 {
     ready.saturating_mul(4).saturating_add(4) / 5
 }
@@ -388,7 +419,9 @@ pub(super) fn step<E: Clone>(
         (true, false) => None,
         (over, _) => Some(over),
     });
-    let sized = memory.last.is_some_and(|last| ready >= last);
+    // Sized: at least what the estimate asked for (a fleet the probe kept smaller says
+    // nothing about the model).
+    let sized = memory.last_plain.is_some_and(|plain| ready >= plain);
     memory
         .calibration
         .observe(&evidence, now_ms, sized, ttft_over);
@@ -404,6 +437,7 @@ pub(super) fn step<E: Clone>(
         memory.rates.pop_front();
     }
     let estimate = memory.calibration.estimate();
+    let mut plain = None;
     let outcome = match &estimate {
         Some(estimate) => {
             let points: Vec<(i64, f64)> = memory.rates.iter().copied().collect();
@@ -416,28 +450,29 @@ pub(super) fn step<E: Clone>(
             let lambda = model.demand(&demand, estimate, memory.calibration.mix());
             let floor = memory.calibration.floor();
             let mut outcome = model.outcome(lambda, estimate, floor, cap);
-            let factor = memory.probe(estimate, model.ttft_s, quantile, ready, now_ms);
-            if factor > 1.0
-                && let Ok(r) = outcome.recommendation.as_mut()
-            {
-                let sizing = Estimate {
-                    requests_per_second: estimate.requests_per_second * factor,
-                    ..*estimate
-                };
-                if let Ok(probed) = model
-                    .outcome::<E>(lambda, &sizing, floor, cap)
-                    .recommendation
-                {
-                    // One probe step sheds at most a fifth of the Ready replicas.
-                    *r = probed.max(probe_floor(ready)).min(*r);
-                }
-            }
             if estimate.basis == Basis::LowerBound
                 && let Ok(r) = outcome.recommendation.as_mut()
             {
                 // Too little evidence to raise the fleet on (the guardrail does); a lower bound
                 // of capacity may still show that fewer replicas suffice.
                 *r = (*r).min(spec_replicas);
+            }
+            plain = outcome.recommendation.as_ref().ok().copied();
+            let probe = memory.probe(estimate, model.ttft_s, quantile, (ready, lambda), now_ms);
+            if let Some((rate, at)) = probe.filter(|(rate, _)| *rate > estimate.requests_per_second)
+                && let Ok(r) = outcome.recommendation.as_mut()
+            {
+                let sizing = Estimate {
+                    requests_per_second: rate,
+                    ..*estimate
+                };
+                if let Ok(probed) = model
+                    .outcome::<E>(lambda, &sizing, floor, cap)
+                    .recommendation
+                {
+                    // One step sheds at most a fifth of the Ready replicas at that step.
+                    *r = probed.max(probe_floor(at)).min(*r);
+                }
             }
             outcome
         }
@@ -448,6 +483,7 @@ pub(super) fn step<E: Clone>(
         },
     };
     memory.last = outcome.recommendation.as_ref().ok().copied();
+    memory.last_plain = plain;
     Some(Added {
         outcome,
         guardrail,
@@ -826,64 +862,123 @@ mod tests {
         );
     }
 
+    /// One sync of `ready` Ready replicas completing `lambda` requests/s in all without a
+    /// queue, the TTFT quantile `ttft` (NaN: an idle window), at `ms`: (recommendation, what it
+    /// would have been without the probe).
+    fn probe_sync(
+        spec: &LLMScalerSpec,
+        memory: &mut ObjectiveMemory,
+        (ready, lambda, ttft): (i32, f64, f64),
+        ms: i64,
+    ) -> (i32, i32) {
+        let template = "a".to_owned();
+        let readings = readings(f64::from(ready), lambda / f64::from(ready), 0.0, ttft);
+        let added = step(
+            spec,
+            memory,
+            Some(&readings),
+            (ms, ready, ready, Some(&template)),
+            0.0,
+            20,
+        )
+        .unwrap();
+        let r = added.outcome.recommendation.clone().unwrap();
+        (r, unprobed(spec, memory, &added, ready))
+    }
+
     #[test]
-    fn a_lower_bound_fleet_with_a_wide_ttft_margin_is_probed_and_a_miss_ends_the_probe() {
+    fn a_lower_bound_fleet_with_a_wide_ttft_margin_is_probed_a_fifth_at_a_time() {
         let spec = objective::test_spec();
         let mut memory = ObjectiveMemory::default();
-        let template = "a".to_owned();
         // 20 requests/s over a fleet that never queues, TTFT p99 0.4 s (a fifth of the 2 s
         // objective): the estimate is the throughput per replica, a lower bound.
         let mut ready = 10;
         let mut probed_at = None;
         for i in 0..40 {
-            let rps = 20.0 / f64::from(ready);
-            let added = step(
-                &spec,
-                &mut memory,
-                Some(&readings(f64::from(ready), rps, 0.0, 0.4)),
-                (i * 15_000, ready, ready, Some(&template)),
-                0.0,
-                20,
-            )
-            .unwrap();
-            let estimate = added.estimate.unwrap();
-            assert_ne!(estimate.basis, Basis::Saturated);
-            let r = added.outcome.recommendation.clone().unwrap();
-            let plain = unprobed(&spec, &memory, &added, ready);
+            let (r, plain) = probe_sync(&spec, &mut memory, (ready, 20.0, 0.4), i * 15_000);
+            assert_ne!(
+                memory.calibration.estimate().unwrap().basis,
+                Basis::Saturated
+            );
+            let probe = memory.probe.unwrap();
             if i < 5 {
                 // Less than a rate window of margin: no probe.
-                assert_eq!(r, plain, "sync {i}");
+                assert_eq!((r, probe.factor), (plain, 1.0), "sync {i}");
             }
-            // Never more than the estimate sizes, never a fifth fewer than are Ready.
+            // Never more than the estimate sizes, never a fifth fewer than were Ready at the
+            // factor's last step.
             assert!(
-                r <= plain && r >= probe_floor(ready),
+                r <= plain && r >= probe_floor(probe.ready),
                 "sync {i}: {r} of {ready}"
             );
+            assert!(probe.factor <= PROBE_MAX);
             if r < plain && probed_at.is_none() {
                 probed_at = Some(i);
             }
-            ready = r.max(1);
+            ready = r;
         }
         // The margin counts from the first sync with a recommendation to try (the second, at
         // 15 s): a rate window later, at 75 s, the sixth sync is probed.
         assert_eq!(probed_at, Some(5));
         assert!(ready < 10, "{ready}");
-        // The objective missed: the probe starts over at once.
-        let rps = 20.0 / f64::from(ready);
-        let added = step(
-            &spec,
-            &mut memory,
-            Some(&readings(f64::from(ready), rps, 0.0, 2.5)),
-            (40 * 15_000, ready, ready, Some(&template)),
-            0.0,
-            20,
-        )
-        .unwrap();
-        assert_eq!(
-            added.outcome.recommendation,
-            Ok(unprobed(&spec, &memory, &added, ready))
-        );
+    }
+
+    #[test]
+    fn the_probe_starts_over_on_a_miss_and_on_rising_demand_and_idles_restart_its_window() {
+        let spec = objective::test_spec();
+        // Probed to its first step (1.25) at 75 s, as above.
+        let probed = || {
+            let mut memory = ObjectiveMemory::default();
+            let mut ready = 10;
+            for i in 0..6 {
+                ready = probe_sync(&spec, &mut memory, (ready, 20.0, 0.4), i * 15_000).0;
+            }
+            assert_eq!(memory.probe.map(|p| p.factor), Some(PROBE_STEP));
+            (memory, ready)
+        };
+        // A miss: at once the plain recommendation and a factor of 1.
+        let (mut memory, ready) = probed();
+        let (r, plain) = probe_sync(&spec, &mut memory, (ready, 20.0, 2.5), 90_000);
+        assert_eq!((r, memory.probe.map(|p| p.factor)), (plain, Some(1.0)));
+        // Between 3/4 of the objective and the objective: one step back.
+        let (mut memory, ready) = probed();
+        probe_sync(&spec, &mut memory, (ready, 20.0, 1.6), 90_000);
         assert_eq!(memory.probe.map(|p| p.factor), Some(1.0));
+        // The demand rose 1.25-fold since the step: started over.
+        let (mut memory, ready) = probed();
+        let (r, plain) = probe_sync(&spec, &mut memory, (ready, 30.0, 0.4), 90_000);
+        assert_eq!((r, memory.probe.map(|p| p.factor)), (plain, Some(1.0)));
+        // An idle window: the next step needs a whole window of margin after it (from 150 s,
+        // the first reading after the idle syncs, to 210 s), not 60 s since the last step.
+        let (mut memory, mut ready) = probed();
+        for ms in [90_000, 105_000, 120_000, 135_000] {
+            ready = probe_sync(&spec, &mut memory, (ready, 20.0, f64::NAN), ms).0;
+        }
+        for ms in [150_000, 165_000, 180_000, 195_000] {
+            ready = probe_sync(&spec, &mut memory, (ready, 20.0, 0.4), ms).0;
+            assert_eq!(memory.probe.map(|p| p.factor), Some(PROBE_STEP), "{ms}");
+        }
+        probe_sync(&spec, &mut memory, (ready, 20.0, 0.4), 210_000);
+        assert_eq!(
+            memory.probe.map(|p| p.factor),
+            Some(PROBE_STEP * PROBE_STEP)
+        );
+    }
+
+    #[test]
+    fn a_fleet_of_four_is_held_not_shrunk_and_a_ramp_starts_the_probe_over() {
+        let spec = objective::test_spec();
+        let mut memory = ObjectiveMemory::default();
+        // Four replicas: a fifth of them is less than one, so the probe cannot shed one; it
+        // only keeps the fleet where it is while the margin holds, its factor at the most.
+        for i in 0..40 {
+            let (r, plain) = probe_sync(&spec, &mut memory, (4, 8.0, 0.4), i * 15_000);
+            assert_eq!(r, plain.min(4), "sync {i}");
+        }
+        assert_eq!(memory.probe.map(|p| p.factor), Some(PROBE_MAX));
+        // A ramp (the demand 1.5-fold): the probe starts over, its factor back at 1.
+        let (r, plain) = probe_sync(&spec, &mut memory, (4, 12.0, 0.4), 40 * 15_000);
+        assert_eq!((r, memory.probe.map(|p| p.factor)), (plain, Some(1.0)));
     }
 
     #[test]
