@@ -272,8 +272,7 @@ impl ObjectiveMemory {
     /// estimate and `factor × base`), and the Ready replicas a fifth of which one step may shed.
     /// The factor grows by [`PROBE_STEP`] once the TTFT `quantile` (seconds) has stayed at most
     /// [`PROBE_MARGIN`] of `objective_s` for a whole rate window with `ready` no more than the
-    /// objective's last recommendation (the smaller fleet was tried) and at least five (a step
-    /// can shed a replica); it steps back by [`PROBE_STEP`] above [`PROBE_BACK`] of the
+    /// objective's last recommendation (the smaller fleet was tried); it steps back by [`PROBE_STEP`] above [`PROBE_BACK`] of the
     /// objective, and starts over at 1 above the objective, on a new basis, or when the demand
     /// `lambda` (requests/s) rose [`PROBE_RISE`]-fold since its last step. A sync without a
     /// quantile (an idle window) restarts the window of margin.
@@ -926,7 +925,7 @@ mod tests {
     #[test]
     fn the_probe_starts_over_on_a_miss_and_on_rising_demand_and_idles_restart_its_window() {
         let spec = objective::test_spec();
-        // Probed to its first step (1.25) at 75 s, as above.
+        // Probed to its first step (2) at 75 s, as above.
         let probed = || {
             let mut memory = ObjectiveMemory::default();
             let mut ready = 10;
