@@ -179,10 +179,9 @@ impl Calibration {
 
     /// Takes one sync's evidence, read at `now_ms`. `sized`: the Ready replicas were at least
     /// the objective's last recommendation without the probe (docs/objective.md#probing);
-    /// `ttft_over`: the TTFT quantile was above the
-    /// objective (`Some` when measured). The correction rises only when a fleet of the
-    /// recommended size still misses the objective (a fleet still catching up says nothing
-    /// about the model).
+    /// `ttft_over`: the TTFT quantile was above the objective (`Some` when measured). The
+    /// correction rises only when a fleet of the recommended size still misses the objective
+    /// (a fleet still catching up says nothing about the model).
     pub(crate) fn observe(
         &mut self,
         e: &Evidence,
