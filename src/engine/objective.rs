@@ -51,9 +51,13 @@ pub(crate) mod read {
     pub const TTFT_MEAN: usize = 11;
     pub const KV_USAGE: usize = 12;
     pub const POD_SATURATED: usize = 13;
+    /// The lower and upper bound of the TTFT histogram bucket that holds the attainment
+    /// quantile, seconds (docs/objective.md#each-sync).
+    pub const TTFT_BUCKET_LOW: usize = 14;
+    pub const TTFT_BUCKET_HIGH: usize = 15;
     /// How many there are.
     #[cfg(test)]
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 16;
 }
 
 /// The model of a (validated) `spec.objective`.
@@ -166,6 +170,13 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
             rate(&format!("{name}_count"))
         )
     };
+    // The buckets as a 0/1 step at the first bucket whose cumulative count reaches the
+    // attainment's rank: `histogram_quantile` over it gives the bounds of the bucket holding the
+    // quantile (at φ = 1 its upper bound, at a tiny φ its lower bound; the largest finite bound
+    // for both when the rank is in `+Inf`).
+    let buckets =
+        format!("sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{s}}}[{WINDOW}]))");
+    let step = format!("{buckets} >= bool scalar({attainment} * max({buckets}))");
     Some(vec![
         rate("vllm:request_success_total"),
         rate("vllm:prompt_tokens_total"),
@@ -191,6 +202,8 @@ pub fn queries(spec: &LLMScalerSpec) -> Option<Vec<String>> {
             "sum(sum by (pod) (rate(vllm:request_success_total{{{s}}}[{WINDOW}])) and on (pod) {queued}) \
              / count(vllm:num_requests_running{{{s}}} and on (pod) {queued})"
         ),
+        format!("histogram_quantile(1e-9, {step})"),
+        format!("histogram_quantile(1, {step})"),
     ])
 }
 

@@ -95,6 +95,23 @@ pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, Promq
                 _ => Err(PromqlError::Eval("vector expects a scalar".into())),
             }
         }
+        "scalar" => {
+            let arg = call
+                .args
+                .args
+                .first()
+                .ok_or_else(|| PromqlError::Eval("scalar needs an argument".into()))?;
+            match eval(arg, store, t_ms)? {
+                // Prometheus: the value of a one-sample vector, NaN otherwise.
+                Value::Vector(v) => Ok(Value::Scalar(match v.as_slice() {
+                    [(_, value)] => *value,
+                    _ => f64::NAN,
+                })),
+                Value::Scalar(_) | Value::Matrix(_) => {
+                    Err(PromqlError::Eval("scalar expects an instant vector".into()))
+                }
+            }
+        }
         other => Err(PromqlError::Unsupported {
             construct: format!("function {other:?}"),
         }),

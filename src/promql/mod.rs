@@ -4,7 +4,7 @@
 //! Parsing is the `promql-parser` crate's; this module evaluates the tree. Supported: vector
 //! selectors with `=`, `!=`, `=~`, `!~` matchers and `offset`; `sum`, `avg`, `min`, `max`, `count` with `by` /
 //! `without`; `avg_over_time`, `min_over_time`, `max_over_time`, `sum_over_time`,
-//! `count_over_time`, `last_over_time`; `rate`, `increase`; `histogram_quantile`; `vector`;
+//! `count_over_time`, `last_over_time`; `rate`, `increase`; `histogram_quantile`; `vector`; `scalar`;
 //! arithmetic (`+ - * / % ^`) and comparisons (with or without `bool`) between scalars and
 //! vectors (one-to-one matching, `on` / `ignoring`); `and`, `or`, `unless`; parentheses and unary
 //! minus. Anything else is [`PromqlError::Unsupported`] naming the construct.

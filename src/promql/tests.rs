@@ -187,6 +187,33 @@ fn histogram_quantile_interpolates_in_the_bucket() {
 }
 
 #[test]
+fn the_bounds_of_the_bucket_holding_a_quantile() {
+    // The buckets as a 0/1 step at the rank's bucket (the objective's bucket reading,
+    // docs/objective.md): summed 80 (≤0.5), 240 (≤1), 320 (+Inf); p50 = rank 160, in (0.5, 1].
+    let step = |q: f64| {
+        format!("sum by (le) (ttft_bucket) >= bool scalar({q} * max(sum by (le) (ttft_bucket)))")
+    };
+    let lower = value(&format!("histogram_quantile(1e-9, {})", step(0.5)));
+    assert!((lower - 0.5).abs() < 1e-6, "{lower}");
+    assert_eq!(value(&format!("histogram_quantile(1, {})", step(0.5))), 1.0);
+    // p20 = rank 64, in the first bucket: from 0.
+    assert!(value(&format!("histogram_quantile(1e-9, {})", step(0.2))) < 1e-6);
+    // p90 = rank 288, in +Inf: both bounds are the largest finite one.
+    assert_eq!(
+        value(&format!("histogram_quantile(1e-9, {})", step(0.9))),
+        1.0
+    );
+    assert_eq!(value(&format!("histogram_quantile(1, {})", step(0.9))), 1.0);
+    // scalar() of anything but one sample is NaN.
+    let scalar = |q: &str| match evaluate(q, &store(), 60_000).expect("evaluates") {
+        Value::Scalar(v) => v,
+        other => panic!("scalar expected, got {other:?}"),
+    };
+    assert!(scalar("scalar(ttft_bucket)").is_nan());
+    assert_eq!(scalar("scalar(max(ttft_bucket))"), 160.0);
+}
+
+#[test]
 fn arithmetic_between_vectors_and_scalars() {
     assert_eq!(value("sum(vllm:num_requests_waiting) / 2"), 3.0);
     assert_eq!(value("2 * avg(vllm:num_requests_waiting) - 1"), 5.0);

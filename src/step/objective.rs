@@ -59,6 +59,9 @@ pub(super) struct ObjectiveMemory {
     futile: Option<Futile>,
     /// The probe of an estimate no saturated replica confirmed.
     probe: Option<Probe>,
+    /// Since when (ms) the TTFT quantile has read inside the histogram bucket that holds the
+    /// objective.
+    inside_ms: Option<i64>,
 }
 
 /// The probe: an estimate that is not `saturated` is what replicas that never queued were seen
@@ -267,6 +270,38 @@ impl ObjectiveMemory {
         objective_s
     }
 
+    /// The TTFT the histogram can tell from the objective `objective_s`, seconds: the
+    /// objective, or the upper bound of the bucket `(low, high]` that holds it once the
+    /// attainment `quantile` has read inside that bucket for a whole rate window.
+    /// `histogram_quantile` interpolates linearly inside a bucket, so such a reading may be a
+    /// real quantile anywhere in it: vLLM's buckets jump from 1 to 2.5 s, and a slow model whose
+    /// real p99 is 1.5 s reads 2.1–2.4 s at any fleet size. A backlog passes through the bucket
+    /// within a window (the first reading of a burst is in it, the next above it); a slow model
+    /// stays in it. Only a quantile above the bucket is then surely over the objective
+    /// (docs/objective.md#each-sync).
+    fn resolvable_objective(
+        &mut self,
+        objective_s: f64,
+        quantile: Option<f64>,
+        (low, high): (Option<f64>, Option<f64>),
+        now_ms: i64,
+    ) -> f64 {
+        let inside = match (quantile, low, high) {
+            (Some(q), Some(low), Some(high)) => (low < objective_s
+                && objective_s < high
+                && high.is_finite()
+                && q > low
+                && q <= high)
+                .then_some(high),
+            _ => None,
+        };
+        self.inside_ms = inside.map(|_| self.inside_ms.unwrap_or(now_ms));
+        match (inside, self.inside_ms) {
+            (Some(high), Some(since)) if now_ms.saturating_sub(since) >= WINDOW_MS => high,
+            _ => objective_s,
+        }
+    }
+
     /// The probe this sync (see [`Probe`]) for `estimate`: `None` for a `saturated` or
     /// `restored` one; otherwise the rate to size on, requests/s per replica (the larger of the
     /// estimate and `factor × base`), and the Ready replicas a fifth of which one step may shed.
@@ -376,8 +411,17 @@ pub(super) fn step<E: Clone>(
             .and_then(|r| r.get(i))
             .and_then(|v| v.as_ref().ok().copied())
     };
-    let target_s = memory.ttft_target(
+    let resolved_s = memory.resolvable_objective(
         model.ttft_s,
+        quantile,
+        (
+            waiting(read::TTFT_BUCKET_LOW),
+            waiting(read::TTFT_BUCKET_HIGH),
+        ),
+        now_ms,
+    );
+    let target_s = memory.ttft_target(
+        resolved_s,
         quantile,
         (waiting(read::MIN_WAITING), waiting(read::MAX_WAITING)),
         ready,
@@ -458,7 +502,15 @@ pub(super) fn step<E: Clone>(
                 *r = (*r).min(spec_replicas);
             }
             plain = outcome.recommendation.as_ref().ok().copied();
-            let probe = memory.probe(estimate, model.ttft_s, quantile, (ready, lambda), now_ms);
+            // A reading the histogram cannot place above the objective is not a miss.
+            let judged = quantile.map(|q| {
+                if q <= resolved_s {
+                    q.min(model.ttft_s)
+                } else {
+                    q
+                }
+            });
+            let probe = memory.probe(estimate, model.ttft_s, judged, (ready, lambda), now_ms);
             if let Some((rate, at)) = probe.filter(|(rate, _)| *rate > estimate.requests_per_second)
                 && let Ok(r) = outcome.recommendation.as_mut()
             {
@@ -831,6 +883,64 @@ mod tests {
             ..ObjectiveMemory::default()
         };
         assert_eq!(memory.ttft_target(3.0, Some(2.5), none, 5, 0), 3.0);
+    }
+
+    #[test]
+    fn an_ambiguous_ttft_reading_relaxes_the_guardrail_only_after_a_window() {
+        let spec = objective::test_spec();
+        let mut memory = ObjectiveMemory::default();
+        // The TTFT guardrail's target at a sync every 15 s reading the quantile `q` inside the
+        // histogram bucket `(low, high]` (ttftSeconds 2).
+        let mut t = 0;
+        let mut target = |q: f64, low: f64, high: f64| {
+            let mut r = readings(10.0, 1.0, 0.0, q);
+            r[read::TTFT_BUCKET_LOW] = Ok(low);
+            r[read::TTFT_BUCKET_HIGH] = Ok(high);
+            t += 15_000;
+            let added = step(&spec, &mut memory, Some(&r), (t, 10, 10, None), 0.0, 20).unwrap();
+            added.guardrail.unwrap().target
+        };
+        // A slow model: 2.3 s read inside (1, 2.5] at every sync. Not yet a whole window at
+        // 15..45 s; at 75 s (60 s after the first), the target is the bucket's upper bound.
+        for _ in 0..4 {
+            assert_eq!(target(2.3, 1.0, 2.5), "2");
+        }
+        assert_eq!(target(2.3, 1.0, 2.5), "2.500");
+        // A reading within the objective but still in the bucket keeps it.
+        assert_eq!(target(1.8, 1.0, 2.5), "2.500");
+        // Above the bucket: surely a miss; the window starts over.
+        assert_eq!(target(3.0, 2.5, 5.0), "2");
+        assert_eq!(target(2.4, 1.0, 2.5), "2");
+        // A burst: low, one reading inside the bucket, then above it: never relaxed.
+        assert_eq!(target(0.7, 0.5, 0.75), "2");
+        assert_eq!(target(2.4, 1.0, 2.5), "2");
+        assert_eq!(target(7.0, 5.0, 7.5), "2");
+        // An objective on a bucket bound is never ambiguous: ttftSeconds 2 with a bucket
+        // (1, 2] and the quantile above it in (2, 5].
+        for _ in 0..6 {
+            assert_eq!(target(2.2, 2.0, 5.0), "2");
+        }
+    }
+
+    #[test]
+    fn the_histogram_bucket_bounds_tell_what_the_quantile_cannot() {
+        let mut memory = ObjectiveMemory::default();
+        let mut at = 0;
+        let mut resolve = |q: Option<f64>, bucket: (Option<f64>, Option<f64>)| {
+            at += 15_000;
+            memory.resolvable_objective(2.0, q, bucket, at)
+        };
+        let inside = (Some(1.0), Some(2.5));
+        for _ in 0..4 {
+            assert!((resolve(Some(2.2), inside) - 2.0).abs() < 1e-12);
+        }
+        assert!((resolve(Some(2.2), inside) - 2.5).abs() < 1e-12);
+        // An idle sync (no quantile) or missing bounds start the window over.
+        assert!((resolve(None, inside) - 2.0).abs() < 1e-12);
+        assert!((resolve(Some(2.2), inside) - 2.0).abs() < 1e-12);
+        assert!((resolve(Some(2.2), (None, Some(2.5))) - 2.0).abs() < 1e-12);
+        // The quantile in +Inf reads the largest finite bound for both: not inside.
+        assert!((resolve(Some(10.0), (Some(10.0), Some(10.0))) - 2.0).abs() < 1e-12);
     }
 
     #[test]
