@@ -36,6 +36,9 @@ const PROBE_STEP: f64 = 2.0;
 const PROBE_RISE: f64 = 1.25;
 /// The most the probe multiplies an estimate by.
 const PROBE_MAX: f64 = 8.0;
+/// The most a TTFT quantile read inside the histogram bucket that holds the objective may relax
+/// the guardrail's target, a multiple of the objective.
+const MAX_RELAXED: f64 = 1.25;
 
 /// The objective's memory in a scaler.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -271,33 +274,46 @@ impl ObjectiveMemory {
     }
 
     /// The TTFT the histogram can tell from the objective `objective_s`, seconds: the
-    /// objective, or the upper bound of the bucket `(low, high]` that holds it once the
-    /// attainment `quantile` has read inside that bucket for a whole rate window.
+    /// objective, or, once the attainment `quantile` has read inside the bucket `(low, high]`
+    /// that holds the objective for a whole rate window (started by a reading above the
+    /// objective), that bucket's upper bound, at most [`MAX_RELAXED`] times the objective.
     /// `histogram_quantile` interpolates linearly inside a bucket, so such a reading may be a
     /// real quantile anywhere in it: vLLM's buckets jump from 1 to 2.5 s, and a slow model whose
     /// real p99 is 1.5 s reads 2.1–2.4 s at any fleet size. A backlog passes through the bucket
     /// within a window (the first reading of a burst is in it, the next above it); a slow model
-    /// stays in it. Only a quantile above the bucket is then surely over the objective
-    /// (docs/objective.md#each-sync).
+    /// stays in it. A reading outside the bucket, an idle sync, missing bounds, or every replica
+    /// with a queue (`all_queued`: the fleet is short, whatever the quantile reads) start the
+    /// window over (docs/objective.md#each-sync).
     fn resolvable_objective(
         &mut self,
         objective_s: f64,
         quantile: Option<f64>,
         (low, high): (Option<f64>, Option<f64>),
+        all_queued: bool,
         now_ms: i64,
     ) -> f64 {
-        let inside = match (quantile, low, high) {
-            (Some(q), Some(low), Some(high)) => (low < objective_s
-                && objective_s < high
-                && high.is_finite()
-                && q > low
-                && q <= high)
-                .then_some(high),
+        let bucket = match (low, high) {
+            (Some(low), Some(high))
+                if low < objective_s && objective_s < high && high.is_finite() =>
+            {
+                Some((low, high))
+            }
             _ => None,
         };
-        self.inside_ms = inside.map(|_| self.inside_ms.unwrap_or(now_ms));
-        match (inside, self.inside_ms) {
-            (Some(high), Some(since)) if now_ms.saturating_sub(since) >= WINDOW_MS => high,
+        match (quantile, bucket) {
+            (Some(q), Some((low, high))) if !all_queued && q > low && q <= high => {
+                // Above the objective starts the window; within it keeps a started one (a
+                // fleet sized well reads inside the bucket below the objective).
+                if q > objective_s {
+                    self.inside_ms.get_or_insert(now_ms);
+                }
+            }
+            _ => self.inside_ms = None,
+        }
+        match (self.inside_ms, bucket) {
+            (Some(since), Some((_, high))) if now_ms.saturating_sub(since) >= WINDOW_MS => {
+                high.min(MAX_RELAXED * objective_s)
+            }
             _ => objective_s,
         }
     }
@@ -305,18 +321,16 @@ impl ObjectiveMemory {
     /// The probe this sync (see [`Probe`]) for `estimate`: `None` for a `saturated` or
     /// `restored` one; otherwise the rate to size on, requests/s per replica (the larger of the
     /// estimate and `factor × base`), and the Ready replicas a fifth of which one step may shed.
-    /// The factor grows by [`PROBE_STEP`] once the TTFT `quantile` (seconds) has stayed at most
-    /// [`PROBE_MARGIN`] of `objective_s` for a whole rate window with `ready` no more than the
-    /// objective's last recommendation (the smaller fleet was tried); it steps back by
-    /// [`PROBE_STEP`] above [`PROBE_BACK`] of the objective, and starts over at 1 above the
-    /// objective, on a new basis, or when the demand `lambda` (requests/s) rose
-    /// [`PROBE_RISE`]-fold since its last step. A sync without a quantile (an idle window)
-    /// restarts the window of margin.
+    /// The factor grows by [`PROBE_STEP`] once the `reading` ([`judge`]) has been a
+    /// [`Reading::Margin`] for a whole rate window with `ready` no more than the objective's
+    /// last recommendation (the smaller fleet was tried); it steps back by [`PROBE_STEP`] on a
+    /// [`Reading::Back`], and starts over at 1 on a [`Reading::Miss`], on a new basis, or when
+    /// the demand `lambda` (requests/s) rose [`PROBE_RISE`]-fold since its last step. Any other
+    /// reading (an idle window among them) restarts the window of margin.
     fn probe(
         &mut self,
         estimate: &Estimate,
-        objective_s: f64,
-        quantile: Option<f64>,
+        reading: Reading,
         (ready, lambda): (i32, f64),
         now_ms: i64,
     ) -> Option<(f64, i32)> {
@@ -341,13 +355,13 @@ impl ObjectiveMemory {
         if probe.basis != basis || lambda > PROBE_RISE * probe.demand.max(f64::MIN_POSITIVE) {
             *probe = start;
         }
-        match quantile {
-            Some(q) if q > objective_s => *probe = start,
-            Some(q) if q > PROBE_BACK * objective_s => {
+        match reading {
+            Reading::Miss => *probe = start,
+            Reading::Back => {
                 probe.factor = (probe.factor / PROBE_STEP).max(1.0);
                 probe.held_ms = None;
             }
-            Some(q) if q <= PROBE_MARGIN * objective_s && tried => {
+            Reading::Margin if tried => {
                 let since = *probe.held_ms.get_or_insert(now_ms);
                 if now_ms.saturating_sub(since) >= WINDOW_MS {
                     *probe = Probe {
@@ -359,12 +373,62 @@ impl ObjectiveMemory {
                     };
                 }
             }
-            Some(_) | None => probe.held_ms = None,
+            Reading::Margin | Reading::Hold | Reading::Idle => probe.held_ms = None,
         }
         Some((
             (probe.factor * probe.base).max(estimate.requests_per_second),
             probe.ready,
         ))
+    }
+}
+
+/// What one sync's TTFT reading tells the probe (docs/objective.md#probing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    /// No quantile (an idle window).
+    Idle,
+    /// A wide margin under the objective: the probe may grow.
+    Margin,
+    /// Neither a margin nor close to the objective: the probe holds.
+    Hold,
+    /// Close to the objective: the probe steps back.
+    Back,
+    /// Over the objective: the probe starts over.
+    Miss,
+}
+
+/// The probe's reading of a sync: the TTFT `quantile` (seconds) against the objective, or, while
+/// the histogram cannot place it (`resolved_s`, the bucket bound of
+/// [`ObjectiveMemory::resolvable_objective`], above `ttftSeconds` and the quantile within it),
+/// the mean TTFT `mean` (seconds, exact: a sum over a count): a margin when a TTFT
+/// exponentially distributed with that mean would meet the objective (its quantile at the
+/// attainment is `mean × ln(1 / (1 − attainment))`, 4.6 × the mean at 99 %), else a hold.
+fn judge(
+    model: &ObjectiveModel,
+    quantile: Option<f64>,
+    resolved_s: f64,
+    mean: Option<f64>,
+) -> Reading {
+    let objective_s = model.ttft_s;
+    let Some(q) = quantile else {
+        return Reading::Idle;
+    };
+    if q > resolved_s {
+        return Reading::Miss;
+    }
+    if resolved_s > objective_s {
+        let tail = (1.0 / (1.0 - model.attainment)).ln();
+        return match mean {
+            Some(m) if m * tail <= objective_s => Reading::Margin,
+            Some(_) | None => Reading::Hold,
+        };
+    }
+    if q > PROBE_BACK * objective_s {
+        Reading::Back
+    } else if q <= PROBE_MARGIN * objective_s {
+        Reading::Margin
+    } else {
+        Reading::Hold
     }
 }
 
@@ -418,6 +482,7 @@ pub(super) fn step<E: Clone>(
             waiting(read::TTFT_BUCKET_LOW),
             waiting(read::TTFT_BUCKET_HIGH),
         ),
+        waiting(read::MIN_WAITING).is_some_and(|w| w > 0.0),
         now_ms,
     );
     let target_s = memory.ttft_target(
@@ -503,14 +568,13 @@ pub(super) fn step<E: Clone>(
             }
             plain = outcome.recommendation.as_ref().ok().copied();
             // A reading the histogram cannot place above the objective is not a miss.
-            let judged = quantile.map(|q| {
-                if q <= resolved_s {
-                    q.min(model.ttft_s)
-                } else {
-                    q
-                }
-            });
-            let probe = memory.probe(estimate, model.ttft_s, judged, (ready, lambda), now_ms);
+            let judged = judge(
+                &model,
+                quantile,
+                resolved_s,
+                waiting(read::TTFT_MEAN).filter(|m| m.is_finite()),
+            );
+            let probe = memory.probe(estimate, judged, (ready, lambda), now_ms);
             if let Some((rate, at)) = probe.filter(|(rate, _)| *rate > estimate.requests_per_second)
                 && let Ok(r) = outcome.recommendation.as_mut()
             {
@@ -926,21 +990,34 @@ mod tests {
     fn the_histogram_bucket_bounds_tell_what_the_quantile_cannot() {
         let mut memory = ObjectiveMemory::default();
         let mut at = 0;
-        let mut resolve = |q: Option<f64>, bucket: (Option<f64>, Option<f64>)| {
+        // The objective the histogram resolves at a sync every 15 s (ttftSeconds 2).
+        let mut resolve = |q: Option<f64>, bucket: (Option<f64>, Option<f64>), queued: bool| {
             at += 15_000;
-            memory.resolvable_objective(2.0, q, bucket, at)
+            memory.resolvable_objective(2.0, q, bucket, queued, at)
         };
         let inside = (Some(1.0), Some(2.5));
-        for _ in 0..4 {
-            assert!((resolve(Some(2.2), inside) - 2.0).abs() < 1e-12);
+        // A fleet sized well reads inside the bucket under the objective: that starts nothing,
+        // so a reading that then rises over the objective is a miss for a whole window.
+        for _ in 0..5 {
+            assert_eq!(resolve(Some(1.5), inside, false), 2.0);
         }
-        assert!((resolve(Some(2.2), inside) - 2.5).abs() < 1e-12);
+        for _ in 0..4 {
+            assert_eq!(resolve(Some(2.4), inside, false), 2.0);
+        }
+        assert_eq!(resolve(Some(2.4), inside, false), 2.5);
+        // Every replica with a queue: the fleet is short; the window starts over.
+        assert_eq!(resolve(Some(2.4), inside, true), 2.0);
+        assert_eq!(resolve(Some(2.4), inside, false), 2.0);
         // An idle sync (no quantile) or missing bounds start the window over.
-        assert!((resolve(None, inside) - 2.0).abs() < 1e-12);
-        assert!((resolve(Some(2.2), inside) - 2.0).abs() < 1e-12);
-        assert!((resolve(Some(2.2), (None, Some(2.5))) - 2.0).abs() < 1e-12);
+        assert_eq!(resolve(None, inside, false), 2.0);
+        assert_eq!(resolve(Some(2.2), (None, Some(2.5)), false), 2.0);
         // The quantile in +Inf reads the largest finite bound for both: not inside.
-        assert!((resolve(Some(10.0), (Some(10.0), Some(10.0))) - 2.0).abs() < 1e-12);
+        assert_eq!(resolve(Some(10.0), (Some(10.0), Some(10.0)), false), 2.0);
+        // A wide bucket relaxes at most to 1.25 × the objective.
+        for _ in 0..4 {
+            assert_eq!(resolve(Some(3.0), (Some(1.0), Some(5.0)), false), 2.0);
+        }
+        assert_eq!(resolve(Some(3.0), (Some(1.0), Some(5.0)), false), 2.5);
     }
 
     #[test]
@@ -1009,6 +1086,67 @@ mod tests {
         // The margin counts from the first sync with a recommendation to try (the second, at
         // 15 s): a rate window later, at 75 s, the sixth sync is probed.
         assert_eq!(probed_at, Some(5));
+        assert!(ready < 10, "{ready}");
+    }
+
+    #[test]
+    fn an_ambiguous_quantile_leaves_the_probe_to_the_mean_ttft() {
+        let model = ObjectiveModel {
+            ttft_s: 2.0,
+            attainment: 0.99,
+            lookahead_s: 0.0,
+        };
+        // The histogram places the quantile (the objective resolves to ttftSeconds).
+        assert_eq!(judge(&model, None, 2.0, Some(0.3)), Reading::Idle);
+        assert_eq!(judge(&model, Some(2.3), 2.0, Some(0.3)), Reading::Miss);
+        assert_eq!(judge(&model, Some(1.6), 2.0, Some(0.3)), Reading::Back);
+        assert_eq!(judge(&model, Some(1.2), 2.0, Some(0.3)), Reading::Hold);
+        assert_eq!(judge(&model, Some(0.9), 2.0, Some(0.3)), Reading::Margin);
+        // Inside the bucket (1, 2.5] for a window: the mean decides. At 99 % an exponential
+        // TTFT's quantile is ln(100) = 4.605 × its mean: 0.4 s → 1.84 s ≤ 2 (margin); 0.5 s
+        // → 2.30 s (hold); no mean → hold. Above the bucket: a miss.
+        assert_eq!(judge(&model, Some(2.3), 2.5, Some(0.4)), Reading::Margin);
+        assert_eq!(judge(&model, Some(1.8), 2.5, Some(0.4)), Reading::Margin);
+        assert_eq!(judge(&model, Some(2.3), 2.5, Some(0.5)), Reading::Hold);
+        assert_eq!(judge(&model, Some(2.3), 2.5, None), Reading::Hold);
+        assert_eq!(judge(&model, Some(2.6), 2.5, Some(0.4)), Reading::Miss);
+    }
+
+    #[test]
+    fn a_lower_bound_fleet_probes_on_the_mean_while_its_quantile_sits_in_the_objectives_bucket() {
+        let spec = objective::test_spec();
+        let mut memory = ObjectiveMemory::default();
+        let template = "a".to_owned();
+        // 20 requests/s over 10 replicas that never queue, the quantile at 2.3 s inside vLLM's
+        // (1, 2.5] bucket at every sync, the mean TTFT 0.3 s (4.605 × 0.3 = 1.38 s ≤ 2).
+        let mut ready = 10;
+        let mut first = None;
+        for i in 0..12 {
+            let mut r = readings(f64::from(ready), 20.0 / f64::from(ready), 0.0, 2.3);
+            r[read::TTFT_BUCKET_LOW] = Ok(1.0);
+            r[read::TTFT_BUCKET_HIGH] = Ok(2.5);
+            let added = step(
+                &spec,
+                &mut memory,
+                Some(&r),
+                (i * 15_000, ready, ready, Some(&template)),
+                0.0,
+                20,
+            )
+            .unwrap();
+            let rec = added.outcome.recommendation.unwrap();
+            assert!(
+                rec >= probe_floor(memory.probe.unwrap().ready),
+                "sync {i}: {rec}"
+            );
+            if rec < memory.last_plain.unwrap() && first.is_none() {
+                first = Some(i);
+            }
+            ready = rec;
+        }
+        // The bucket's window relaxes the quantile at 60 s (the fifth sync); the probe's margin
+        // then needs a whole window more: its first step is at 120 s, the ninth sync.
+        assert_eq!(first, Some(8));
         assert!(ready < 10, "{ready}");
     }
 
