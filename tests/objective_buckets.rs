@@ -140,16 +140,14 @@ fn the_ttft_bucket_readings_are_what_prometheus_reads() {
             _ => assert!(low == 2560.0 && high == 2560.0, "{low} {high}"),
         }
     }
-    let dir = std::env::temp_dir().join(format!(
-        "llmscaler-objective-buckets-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("buckets.test.yaml"), &file).unwrap();
-    let prometheus = llmscaler_testkit::prometheus::binary().expect("prometheus");
-    let out = Command::new(prometheus.with_file_name("promtool"))
+    let promtool = llmscaler_testkit::prometheus::binary()
+        .expect("prometheus")
+        .with_file_name("promtool");
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("buckets.test.yaml"), &file).unwrap();
+    let out = Command::new(promtool)
         .args(["test", "rules", "buckets.test.yaml"])
-        .current_dir(&dir)
+        .current_dir(dir.path())
         .output()
         .expect("run promtool");
     let text = format!(
@@ -157,7 +155,6 @@ fn the_ttft_bucket_readings_are_what_prometheus_reads() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::remove_dir_all(&dir).ok();
     assert!(
         out.status.success(),
         "promtool test rules failed:\n{text}\n{file}"

@@ -397,18 +397,11 @@ enum Reading {
     Miss,
 }
 
-/// The probe's reading of a sync: the TTFT `quantile` (seconds) against the objective, or, while
-/// the histogram cannot place it (`resolved_s`, the bucket bound of
-/// [`ObjectiveMemory::resolvable_objective`], above `ttftSeconds` and the quantile within it),
-/// the mean TTFT `mean` (seconds, exact: a sum over a count): a margin when a TTFT
-/// exponentially distributed with that mean would meet the objective (its quantile at the
-/// attainment is `mean × ln(1 / (1 − attainment))`, 4.6 × the mean at 99 %), else a hold.
-fn judge(
-    model: &ObjectiveModel,
-    quantile: Option<f64>,
-    resolved_s: f64,
-    mean: Option<f64>,
-) -> Reading {
+/// The probe's reading of a sync: the TTFT `quantile` (seconds) against the objective. A
+/// quantile the histogram cannot place above it (at most `resolved_s`, the bucket bound of
+/// [`ObjectiveMemory::resolvable_objective`]) counts as a reading at the objective: no miss, and
+/// no margin either (the probe steps back).
+fn judge(model: &ObjectiveModel, quantile: Option<f64>, resolved_s: f64) -> Reading {
     let objective_s = model.ttft_s;
     let Some(q) = quantile else {
         return Reading::Idle;
@@ -416,13 +409,7 @@ fn judge(
     if q > resolved_s {
         return Reading::Miss;
     }
-    if resolved_s > objective_s {
-        let tail = (1.0 / (1.0 - model.attainment)).ln();
-        return match mean {
-            Some(m) if m * tail <= objective_s => Reading::Margin,
-            Some(_) | None => Reading::Hold,
-        };
-    }
+    let q = q.min(objective_s);
     if q > PROBE_BACK * objective_s {
         Reading::Back
     } else if q <= PROBE_MARGIN * objective_s {
@@ -568,12 +555,7 @@ pub(super) fn step<E: Clone>(
             }
             plain = outcome.recommendation.as_ref().ok().copied();
             // A reading the histogram cannot place above the objective is not a miss.
-            let judged = judge(
-                &model,
-                quantile,
-                resolved_s,
-                waiting(read::TTFT_MEAN).filter(|m| m.is_finite()),
-            );
+            let judged = judge(&model, quantile, resolved_s);
             let probe = memory.probe(estimate, judged, (ready, lambda), now_ms);
             if let Some((rate, at)) = probe.filter(|(rate, _)| *rate > estimate.requests_per_second)
                 && let Ok(r) = outcome.recommendation.as_mut()
@@ -1090,64 +1072,54 @@ mod tests {
     }
 
     #[test]
-    fn an_ambiguous_quantile_leaves_the_probe_to_the_mean_ttft() {
+    fn an_ambiguous_quantile_is_neither_a_miss_nor_a_margin_for_the_probe() {
         let model = ObjectiveModel {
             ttft_s: 2.0,
             attainment: 0.99,
             lookahead_s: 0.0,
         };
         // The histogram places the quantile (the objective resolves to ttftSeconds).
-        assert_eq!(judge(&model, None, 2.0, Some(0.3)), Reading::Idle);
-        assert_eq!(judge(&model, Some(2.3), 2.0, Some(0.3)), Reading::Miss);
-        assert_eq!(judge(&model, Some(1.6), 2.0, Some(0.3)), Reading::Back);
-        assert_eq!(judge(&model, Some(1.2), 2.0, Some(0.3)), Reading::Hold);
-        assert_eq!(judge(&model, Some(0.9), 2.0, Some(0.3)), Reading::Margin);
-        // Inside the bucket (1, 2.5] for a window: the mean decides. At 99 % an exponential
-        // TTFT's quantile is ln(100) = 4.605 × its mean: 0.4 s → 1.84 s ≤ 2 (margin); 0.5 s
-        // → 2.30 s (hold); no mean → hold. Above the bucket: a miss.
-        assert_eq!(judge(&model, Some(2.3), 2.5, Some(0.4)), Reading::Margin);
-        assert_eq!(judge(&model, Some(1.8), 2.5, Some(0.4)), Reading::Margin);
-        assert_eq!(judge(&model, Some(2.3), 2.5, Some(0.5)), Reading::Hold);
-        assert_eq!(judge(&model, Some(2.3), 2.5, None), Reading::Hold);
-        assert_eq!(judge(&model, Some(2.6), 2.5, Some(0.4)), Reading::Miss);
+        assert_eq!(judge(&model, None, 2.0), Reading::Idle);
+        assert_eq!(judge(&model, Some(2.3), 2.0), Reading::Miss);
+        assert_eq!(judge(&model, Some(1.6), 2.0), Reading::Back);
+        assert_eq!(judge(&model, Some(1.2), 2.0), Reading::Hold);
+        assert_eq!(judge(&model, Some(0.9), 2.0), Reading::Margin);
+        // Inside the bucket (1, 2.5] for a window: a reading at the objective; above: a miss.
+        assert_eq!(judge(&model, Some(2.3), 2.5), Reading::Back);
+        assert_eq!(judge(&model, Some(2.5), 2.5), Reading::Back);
+        assert_eq!(judge(&model, Some(2.6), 2.5), Reading::Miss);
     }
 
     #[test]
-    fn a_lower_bound_fleet_probes_on_the_mean_while_its_quantile_sits_in_the_objectives_bucket() {
+    fn a_lower_bound_fleet_whose_quantile_sits_in_the_objectives_bucket_is_not_probed() {
         let spec = objective::test_spec();
         let mut memory = ObjectiveMemory::default();
         let template = "a".to_owned();
         // 20 requests/s over 10 replicas that never queue, the quantile at 2.3 s inside vLLM's
-        // (1, 2.5] bucket at every sync, the mean TTFT 0.3 s (4.605 × 0.3 = 1.38 s ≤ 2).
-        let mut ready = 10;
-        let mut first = None;
+        // (1, 2.5] bucket at every sync: the guardrail relaxes after a window, but the probe
+        // has no margin to shrink on (the mean TTFT, 0.3 s, does not stand in for it).
         for i in 0..12 {
-            let mut r = readings(f64::from(ready), 20.0 / f64::from(ready), 0.0, 2.3);
+            let mut r = readings(10.0, 2.0, 0.0, 2.3);
             r[read::TTFT_BUCKET_LOW] = Ok(1.0);
             r[read::TTFT_BUCKET_HIGH] = Ok(2.5);
             let added = step(
                 &spec,
                 &mut memory,
                 Some(&r),
-                (i * 15_000, ready, ready, Some(&template)),
+                (i * 15_000, 10, 10, Some(&template)),
                 0.0,
                 20,
             )
             .unwrap();
-            let rec = added.outcome.recommendation.unwrap();
-            assert!(
-                rec >= probe_floor(memory.probe.unwrap().ready),
-                "sync {i}: {rec}"
+            assert_eq!(
+                added.outcome.recommendation.unwrap(),
+                memory.last_plain.unwrap(),
+                "sync {i}"
             );
-            if rec < memory.last_plain.unwrap() && first.is_none() {
-                first = Some(i);
-            }
-            ready = rec;
+            assert_eq!(memory.probe.unwrap().factor, 1.0, "sync {i}");
+            let relaxed = added.guardrail.unwrap().target == "2.500";
+            assert_eq!(relaxed, i >= 4, "sync {i}");
         }
-        // The bucket's window relaxes the quantile at 60 s (the fifth sync); the probe's margin
-        // then needs a whole window more: its first step is at 120 s, the ninth sync.
-        assert_eq!(first, Some(8));
-        assert!(ready < 10, "{ready}");
     }
 
     #[test]
