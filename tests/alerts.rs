@@ -5,18 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test: a failed expectation fails it
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use llmscaler::telemetry::EXPORTED;
 
 fn alerts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/llmscaler/alerts")
-}
-
-/// `promtool`, next to the Prometheus binary the other tests use (the Debian package ships both).
-fn promtool() -> PathBuf {
-    let prometheus = llmscaler_testkit::prometheus::binary().expect("prometheus");
-    prometheus.with_file_name("promtool")
 }
 
 fn rules() -> serde_yaml::Value {
@@ -41,17 +34,11 @@ fn alerts() -> Vec<(String, String)> {
 
 #[test]
 fn promtool_fires_each_alert_on_its_cases() {
-    let out = Command::new(promtool())
-        .args(["test", "rules", "alerts.test.yaml"])
-        .current_dir(alerts_dir())
-        .output()
-        .expect("run promtool");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool test rules failed:\n{text}");
+    if let Err(err) =
+        llmscaler_testkit::prometheus::promtool_test_rules(&alerts_dir(), "alerts.test.yaml")
+    {
+        panic!("{err:#}");
+    }
     // Every alert has a case that expects it to fire.
     let cases = std::fs::read_to_string(alerts_dir().join("alerts.test.yaml")).expect("cases");
     for (alert, _) in alerts() {

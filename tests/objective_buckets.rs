@@ -6,7 +6,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 
 use llmscaler::promql::{Labels, Store, evaluate_single, parse};
 use llmscaler_api::LLMScalerSpec;
@@ -140,23 +139,11 @@ fn the_ttft_bucket_readings_are_what_prometheus_reads() {
             _ => assert!(low == 2560.0 && high == 2560.0, "{low} {high}"),
         }
     }
-    let promtool = llmscaler_testkit::prometheus::binary()
-        .expect("prometheus")
-        .with_file_name("promtool");
     let dir = tempfile::TempDir::new().unwrap();
     std::fs::write(dir.path().join("buckets.test.yaml"), &file).unwrap();
-    let out = Command::new(promtool)
-        .args(["test", "rules", "buckets.test.yaml"])
-        .current_dir(dir.path())
-        .output()
-        .expect("run promtool");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "promtool test rules failed:\n{text}\n{file}"
-    );
+    if let Err(err) =
+        llmscaler_testkit::prometheus::promtool_test_rules(dir.path(), "buckets.test.yaml")
+    {
+        panic!("{err:#}\n{file}");
+    }
 }

@@ -11,6 +11,16 @@ use super::store::{Labels, Store};
 
 /// The range vector argument `index` of `call`, its range and the end of its range (`t_ms`
 /// moved by the selector's `offset`), ms.
+/// The value of a function's first argument (`vector`, `scalar`).
+fn first_value(call: &Call, store: &Store, t_ms: i64) -> Result<Value, PromqlError> {
+    let arg = call
+        .args
+        .args
+        .first()
+        .ok_or_else(|| PromqlError::Eval(format!("{} needs an argument", call.func.name)))?;
+    eval(arg, store, t_ms)
+}
+
 fn matrix_arg(
     call: &Call,
     index: usize,
@@ -84,24 +94,12 @@ pub(super) fn call(call: &Call, store: &Store, t_ms: i64) -> Result<Value, Promq
             ))
         }
         "histogram_quantile" => histogram_quantile(call, store, t_ms),
-        "vector" => {
-            let arg = call
-                .args
-                .args
-                .first()
-                .ok_or_else(|| PromqlError::Eval("vector needs an argument".into()))?;
-            match eval(arg, store, t_ms)? {
-                Value::Scalar(v) => Ok(Value::Vector(vec![(Labels::new(), v)])),
-                _ => Err(PromqlError::Eval("vector expects a scalar".into())),
-            }
-        }
+        "vector" => match first_value(call, store, t_ms)? {
+            Value::Scalar(v) => Ok(Value::Vector(vec![(Labels::new(), v)])),
+            _ => Err(PromqlError::Eval("vector expects a scalar".into())),
+        },
         "scalar" => {
-            let arg = call
-                .args
-                .args
-                .first()
-                .ok_or_else(|| PromqlError::Eval("scalar needs an argument".into()))?;
-            match eval(arg, store, t_ms)? {
+            match first_value(call, store, t_ms)? {
                 // Prometheus: the value of a one-sample vector, NaN otherwise.
                 Value::Vector(v) => Ok(Value::Scalar(match v.as_slice() {
                     [(_, value)] => *value,

@@ -401,8 +401,7 @@ enum Reading {
 /// quantile the histogram cannot place above it (at most `resolved_s`, the bucket bound of
 /// [`ObjectiveMemory::resolvable_objective`]) counts as a reading at the objective: no miss, and
 /// no margin either (the probe steps back).
-fn judge(model: &ObjectiveModel, quantile: Option<f64>, resolved_s: f64) -> Reading {
-    let objective_s = model.ttft_s;
+fn judge(objective_s: f64, quantile: Option<f64>, resolved_s: f64) -> Reading {
     let Some(q) = quantile else {
         return Reading::Idle;
     };
@@ -453,29 +452,27 @@ pub(super) fn step<E: Clone>(
         }
         memory.template = template.cloned();
     }
-    let quantile = readings.and_then(|r| match r.get(read::TTFT_QUANTILE) {
-        Some(Ok(v)) if v.is_finite() => Some(*v),
-        _ => None,
-    });
-    let waiting = |i: usize| {
+    // One reading of the sync, when it succeeded.
+    let reading = |i: usize| {
         readings
             .and_then(|r| r.get(i))
             .and_then(|v| v.as_ref().ok().copied())
     };
+    let quantile = reading(read::TTFT_QUANTILE).filter(|v| v.is_finite());
     let resolved_s = memory.resolvable_objective(
         model.ttft_s,
         quantile,
         (
-            waiting(read::TTFT_BUCKET_LOW),
-            waiting(read::TTFT_BUCKET_HIGH),
+            reading(read::TTFT_BUCKET_LOW),
+            reading(read::TTFT_BUCKET_HIGH),
         ),
-        waiting(read::MIN_WAITING).is_some_and(|w| w > 0.0),
+        reading(read::MIN_WAITING).is_some_and(|w| w > 0.0),
         now_ms,
     );
     let target_s = memory.ttft_target(
         resolved_s,
         quantile,
-        (waiting(read::MIN_WAITING), waiting(read::MAX_WAITING)),
+        (reading(read::MIN_WAITING), reading(read::MAX_WAITING)),
         ready,
         now_ms,
     );
@@ -555,7 +552,7 @@ pub(super) fn step<E: Clone>(
             }
             plain = outcome.recommendation.as_ref().ok().copied();
             // A reading the histogram cannot place above the objective is not a miss.
-            let judged = judge(&model, quantile, resolved_s);
+            let judged = judge(model.ttft_s, quantile, resolved_s);
             let probe = memory.probe(estimate, judged, (ready, lambda), now_ms);
             if let Some((rate, at)) = probe.filter(|(rate, _)| *rate > estimate.requests_per_second)
                 && let Ok(r) = outcome.recommendation.as_mut()
@@ -1073,21 +1070,16 @@ mod tests {
 
     #[test]
     fn an_ambiguous_quantile_is_neither_a_miss_nor_a_margin_for_the_probe() {
-        let model = ObjectiveModel {
-            ttft_s: 2.0,
-            attainment: 0.99,
-            lookahead_s: 0.0,
-        };
         // The histogram places the quantile (the objective resolves to ttftSeconds).
-        assert_eq!(judge(&model, None, 2.0), Reading::Idle);
-        assert_eq!(judge(&model, Some(2.3), 2.0), Reading::Miss);
-        assert_eq!(judge(&model, Some(1.6), 2.0), Reading::Back);
-        assert_eq!(judge(&model, Some(1.2), 2.0), Reading::Hold);
-        assert_eq!(judge(&model, Some(0.9), 2.0), Reading::Margin);
+        assert_eq!(judge(2.0, None, 2.0), Reading::Idle);
+        assert_eq!(judge(2.0, Some(2.3), 2.0), Reading::Miss);
+        assert_eq!(judge(2.0, Some(1.6), 2.0), Reading::Back);
+        assert_eq!(judge(2.0, Some(1.2), 2.0), Reading::Hold);
+        assert_eq!(judge(2.0, Some(0.9), 2.0), Reading::Margin);
         // Inside the bucket (1, 2.5] for a window: a reading at the objective; above: a miss.
-        assert_eq!(judge(&model, Some(2.3), 2.5), Reading::Back);
-        assert_eq!(judge(&model, Some(2.5), 2.5), Reading::Back);
-        assert_eq!(judge(&model, Some(2.6), 2.5), Reading::Miss);
+        assert_eq!(judge(2.0, Some(2.3), 2.5), Reading::Back);
+        assert_eq!(judge(2.0, Some(2.5), 2.5), Reading::Back);
+        assert_eq!(judge(2.0, Some(2.6), 2.5), Reading::Miss);
     }
 
     #[test]

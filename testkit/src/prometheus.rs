@@ -35,6 +35,29 @@ pub fn binary() -> anyhow::Result<PathBuf> {
         )
 }
 
+/// Runs `promtool test rules FILE` in `dir` with the `promtool` next to [`binary`] (the Debian
+/// package ships both): `Ok` with its output when every case passed.
+///
+/// # Errors
+/// No Prometheus binary, promtool not started, or a failed case (with promtool's output).
+pub fn promtool_test_rules(dir: &std::path::Path, file: &str) -> anyhow::Result<String> {
+    let promtool = binary()?.with_file_name("promtool");
+    let out = Command::new(&promtool)
+        .args(["test", "rules", file])
+        .current_dir(dir)
+        .output()
+        .with_context(|| format!("run {}", promtool.display()))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("promtool test rules {file} failed:\n{text}");
+    }
+    Ok(text)
+}
+
 /// A Prometheus process; killed on drop.
 pub struct Prometheus {
     /// `127.0.0.1:<port>` (or the address given to [`Prometheus::start_on`]).
