@@ -675,6 +675,7 @@ fn step_input<'a>(
 
 /// The step's view of the target.
 pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
+    let spec = target.object.data.get("spec");
     step::Target {
         spec_replicas: target.spec_replicas,
         ready_replicas: target.ready_replicas,
@@ -692,5 +693,13 @@ pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
                 Some(hash) => hash.to_owned(),
                 None => step::objective::template_hash(t),
             }),
+        max_num_seqs: spec.and_then(|s| match s.get("template") {
+            // A cached target keeps the flag's value only (target_cache::prune).
+            Some(t) if !t.is_string() => step::engine_args::max_num_seqs(t),
+            _ => s
+                .get(target_cache::PRUNED_MAX_NUM_SEQS)
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok()),
+        }),
     }
 }

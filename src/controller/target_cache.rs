@@ -152,8 +152,12 @@ const STATUS_READ: [&str; 4] = [
     "observedGeneration",
 ];
 
+/// The `spec` key under which a cached target keeps its template's `--max-num-seqs` ([`prune`]).
+pub const PRUNED_MAX_NUM_SEQS: &str = "maxNumSeqsOfTemplate";
+
 /// Drops from a cached target what no sync reads (issue 14: memory per scaler, about 1 KiB per
-/// target left): the pod template and every other `spec` field but `replicas` and `selector`,
+/// target left): the pod template (kept as its hash and its `--max-num-seqs`, under
+/// [`PRUNED_MAX_NUM_SEQS`]) and every other `spec` field but `replicas` and `selector`,
 /// `status` but [`STATUS_READ`], the labels, annotations and owner references, and every
 /// `managedFields` entry that does not own `spec.replicas` (an owner keeps its manager,
 /// operation, time and `{"f:spec":{"f:replicas":{}}}`, all that
@@ -163,13 +167,17 @@ pub fn prune(object: &mut DynamicObject) {
     if let Some(spec) = object.data.get_mut("spec").and_then(|s| s.as_object_mut()) {
         // The pod template is kept as its hash only (`spec.objective` starts its calibration
         // over when it changes, docs/objective.md#status).
-        let hash = spec
-            .get("template")
-            .filter(|t| !t.is_string())
-            .map(crate::step::objective::template_hash);
+        // So is vLLM's `--max-num-seqs`, the objective's batch limit, under
+        // [`PRUNED_MAX_NUM_SEQS`].
+        let template = spec.get("template").filter(|t| !t.is_string());
+        let hash = template.map(crate::step::objective::template_hash);
+        let max_num_seqs = template.and_then(crate::step::engine_args::max_num_seqs);
         spec.retain(|key, _| key == "replicas" || key == "selector");
         if let Some(hash) = hash {
             spec.insert("template".to_owned(), serde_json::Value::String(hash));
+        }
+        if let Some(n) = max_num_seqs {
+            spec.insert(PRUNED_MAX_NUM_SEQS.to_owned(), n.into());
         }
     }
     if let Some(status) = object
@@ -234,7 +242,9 @@ mod tests {
             "spec": {
                 "replicas": 4,
                 "selector": {"matchLabels": {"app": "vllm"}},
-                "template": {"metadata": {"labels": {"app": "vllm"}}, "spec": {"containers": []}}
+                "template": {"metadata": {"labels": {"app": "vllm"}}, "spec": {"containers": [
+                    {"name": "vllm", "args": ["--model", "m", "--max-num-seqs", "48"]}
+                ]}}
             },
             "status": {"readyReplicas": 3, "replicas": 4, "updatedReplicas": 4, "observedGeneration": 3,
                        "conditions": [{"type": "Available", "status": "True",
@@ -269,6 +279,16 @@ mod tests {
             crate::controller::victims::selector_string(&after.object.data)
         );
         assert!(after.object.data["spec"]["template"].is_string());
+        // The step reads the same template hash and `--max-num-seqs` from both.
+        let (seen_before, seen_after) = (
+            crate::controller::target_view(&before),
+            crate::controller::target_view(&after),
+        );
+        assert_eq!(seen_before.template, seen_after.template);
+        assert_eq!(
+            (seen_before.max_num_seqs, seen_after.max_num_seqs),
+            (Some(48), Some(48))
+        );
         assert!(after.object.metadata.annotations.is_none());
         assert!(after.object.metadata.labels.is_none());
         assert!(after.object.data["status"].get("conditions").is_none());

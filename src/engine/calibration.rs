@@ -9,7 +9,8 @@
 //! `T(r) = a + b·r`. The estimator fits that line on `(running per replica, inter-token
 //! latency)` pairs of unsaturated syncs too, and extrapolates it to the batch limit:
 //! `μ = N / (output × T(N))` requests per second per replica, at the current mean output
-//! length. `N` is the running count of a replica seen with a queue (a full batch).
+//! length. `N` is the batch limit the pod template states (`--max-num-seqs`, within the KV
+//! cache's batch), or else the running count of a replica seen with a queue (a full batch).
 //!
 //! Evidence ranks: `saturated` (completions per replica of the pods that each queued through
 //! two rate windows, or before any did, while every replica queued through one; smoothed) wins
@@ -47,7 +48,8 @@ pub enum Basis {
     /// Completions per replica of the pods that queued through two rate windows, or while
     /// every replica queued through one.
     Saturated,
-    /// The step-time line extrapolated to a batch limit seen with a queue.
+    /// The step-time line extrapolated to the batch limit: the pod template's `--max-num-seqs`
+    /// (at most the KV cache's batch), or else a running count seen with a queue.
     Calibrated,
     /// The step-time line extrapolated to the batch the KV cache holds (no queue seen yet).
     Extrapolated,
@@ -126,6 +128,9 @@ pub struct Estimate {
 pub(crate) struct Calibration {
     pairs: VecDeque<(f64, f64)>,
     batch_limit: Option<f64>,
+    /// The batch limit the pod template states (`--max-num-seqs`), sequences: known without a
+    /// queue, it replaces `batch_limit`.
+    stated_limit: Option<f64>,
     max_running: f64,
     best_throughput: f64,
     saturated: Option<f64>,
@@ -165,6 +170,12 @@ impl Calibration {
             }),
             ..Self::default()
         }
+    }
+
+    /// Takes the batch limit the target's pod template states (vLLM's `--max-num-seqs`,
+    /// sequences per replica; `None`: not stated, learned from a queue instead).
+    pub(crate) fn state_batch_limit(&mut self, max_num_seqs: Option<u32>) {
+        self.stated_limit = max_num_seqs.map(f64::from);
     }
 
     /// The mean prompt and output tokens per request, when known.
@@ -292,9 +303,15 @@ impl Calibration {
             (Some(p), Some(f)) => Some(p.min(f)),
             (p, f) => p.or(f),
         };
+        // A stated limit holds within what the KV cache holds (vLLM preempts past it); a
+        // learned one is a running count seen with a queue.
+        let limit = match self.stated_limit {
+            Some(n) => Some(self.kv_limit.map_or(n, |k| k.max(self.max_running).min(n))),
+            None => self.batch_limit,
+        };
         let fresh = if let Some(s) = saturated {
-            Some((Basis::Saturated, s, self.batch_limit))
-        } else if let Some(n) = self.batch_limit
+            Some((Basis::Saturated, s, limit))
+        } else if let Some(n) = limit
             && let Some(mu) = at(n)
         {
             Some((Basis::Calibrated, mu.max(self.best_throughput), Some(n)))
@@ -457,6 +474,44 @@ mod tests {
         // Prompt tokens per second at that mix: 4.77 × 1155 = 5,506.
         let tokens = e.prompt_tokens_per_second.unwrap();
         assert!((tokens - 5506.0).abs() < 30.0, "{tokens}");
+    }
+
+    #[test]
+    fn a_stated_batch_limit_calibrates_without_a_queue_within_the_kv_cache() {
+        // The pairs of `conv` at r = 4 … 20, never a queue, on a template stating
+        // `--max-num-seqs 64`: the line at 64 at once, 4.77 requests/s (the learned limit of
+        // the test above, here known from the first fit).
+        let mut next = every_15_s();
+        let mut c = Calibration::default();
+        c.state_batch_limit(Some(64));
+        let rs = [
+            4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
+        ];
+        for r in rs {
+            c.observe(&conv(r, 0.0), next(), true, Some(false));
+        }
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Calibrated);
+        assert!((e.requests_per_second - 4.77).abs() < 0.02, "{e:?}");
+        assert_eq!(e.line.map(|l| l.2), Some(64.0));
+        // `--max-num-seqs 256` where the KV cache holds 40 sequences (20 running at 50 %
+        // usage): the limit is 40, μ = 40 / (211 × (0.012 + 0.000806 × 40)) = 4.29.
+        let mut c = Calibration::default();
+        c.state_batch_limit(Some(256));
+        for r in rs {
+            let e = Evidence {
+                kv_usage: 2.0 * r / 40.0,
+                ..conv(r, 0.0)
+            };
+            c.observe(&e, next(), true, Some(false));
+        }
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::Calibrated);
+        assert!((e.requests_per_second - 4.29).abs() < 0.02, "{e:?}");
+        assert_eq!(e.line.map(|l| l.2.round()), Some(40.0));
+        // Not stated, and no queue seen: the line goes to the KV cache's batch instead.
+        c.state_batch_limit(None);
+        assert_eq!(c.estimate().unwrap().basis, Basis::Extrapolated);
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub fn step_target(observed: Observation) -> step::Target {
         owns_replicas: true,
         other_replicas_managers: Vec::new(),
         template: None,
+        max_num_seqs: None,
     }
 }
 

@@ -86,12 +86,17 @@ pub async fn explain_live(
         name: &spec.target_ref.name,
         observed: state.observation(),
     };
-    let observed = observation(
+    let mut observed = observation(
         state.observation(),
         readings.signal(&spec),
         (&activation, &capacity, &objective),
         scaler.status.as_ref(),
     );
+    // The pod template as the operator reads it: its hash (a rollout starts the calibration
+    // over) and its `--max-num-seqs` (the objective's batch limit).
+    let seen = crate::controller::target_view(&state);
+    observed.target.template = seen.template;
+    observed.target.max_num_seqs = seen.max_num_seqs;
     let step = Scaler::new(&spec, scaler.status.as_ref()).with_history(history.clone());
     let explanation = explain_step(&spec, &view, step, &observed, &history);
     Ok((spec, explanation))

@@ -339,7 +339,11 @@ pub fn run_with(
         ],
     };
     let period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
-    let llmscaler = LlmscalerPolicy::new(spec)?.in_namespace(&namespace);
+    // The replayed Deployment states its engine's batch limit, as a vLLM Deployment does with
+    // `--max-num-seqs` (docs/objective.md#calibration).
+    let llmscaler = LlmscalerPolicy::new(spec)?
+        .in_namespace(&namespace)
+        .stating_max_num_seqs(params.max_num_seqs);
     let shapes = match &options.comparators_scaler {
         Some(other) => {
             if other.spec.effective_provider() == MetricProvider::Custom {

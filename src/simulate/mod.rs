@@ -161,6 +161,7 @@ pub fn replay(spec: &LLMScalerSpec, rows: &[Row], options: Options) -> Vec<Step>
                     owns_replicas: true,
                     other_replicas_managers: Vec::new(),
                     template: None,
+                    max_num_seqs: None,
                 },
                 signal: match spec.effective_provider() {
                     MetricProvider::Prometheus => engine::Signal::metrics(spec, row.values.clone()),

@@ -112,6 +112,7 @@ impl Scaler {
                 target.spec_replicas,
                 target.ready_replicas,
                 target.template.as_ref(),
+                target.max_num_seqs,
             ),
             startup_s,
             policy.max_replicas,

@@ -13,6 +13,7 @@
 
 mod decide;
 mod drain;
+pub(crate) mod engine_args;
 #[cfg(test)]
 mod fields;
 pub mod objective;
@@ -55,6 +56,9 @@ pub struct Target {
     /// A hash of the pod template ([`objective::template_hash`]), when known: a change starts
     /// the objective's calibration over.
     pub template: Option<String>,
+    /// vLLM's `--max-num-seqs` in the pod template ([`engine_args::max_num_seqs`]), sequences
+    /// per replica, when it states one: the objective's batch limit, not learned from a queue.
+    pub max_num_seqs: Option<u32>,
 }
 
 /// One pod of the target, as a sync reads it (live pods only: terminating pods are left out).

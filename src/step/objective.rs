@@ -440,7 +440,13 @@ pub(super) fn step<E: Clone>(
     spec: &LLMScalerSpec,
     memory: &mut ObjectiveMemory,
     readings: Option<&Vec<Result<f64, E>>>,
-    (now_ms, spec_replicas, ready, template): (i64, i32, i32, Option<&String>),
+    (now_ms, spec_replicas, ready, template, max_num_seqs): (
+        i64,
+        i32,
+        i32,
+        Option<&String>,
+        Option<u32>,
+    ),
     startup_s: f64,
     cap: i32,
 ) -> Option<Added<E>> {
@@ -452,6 +458,7 @@ pub(super) fn step<E: Clone>(
         }
         memory.template = template.cloned();
     }
+    memory.calibration.state_batch_limit(max_num_seqs);
     // One reading of the sync, when it succeeded.
     let reading = |i: usize| {
         readings
@@ -741,7 +748,7 @@ mod tests {
                 &spec,
                 &mut memory,
                 Some(&readings(1.0, 4.0, 30.0, 5.0)),
-                (i * 15_000, 1, 1, Some(&template)),
+                (i * 15_000, 1, 1, Some(&template), None),
                 0.0,
                 20,
             );
@@ -765,7 +772,7 @@ mod tests {
             &spec,
             &mut memory,
             Some(&readings(1.0, 0.0, 0.0, 0.1)),
-            (90_000, 1, 1, Some(&other)),
+            (90_000, 1, 1, Some(&other), None),
             0.0,
             20,
         )
@@ -781,7 +788,7 @@ mod tests {
             &spec,
             &mut restored,
             None::<&Vec<Result<f64, String>>>,
-            (0, 1, 1, Some(&template)),
+            (0, 1, 1, Some(&template), None),
             0.0,
             20,
         )
@@ -940,7 +947,15 @@ mod tests {
             r[read::TTFT_BUCKET_LOW] = Ok(low);
             r[read::TTFT_BUCKET_HIGH] = Ok(high);
             t += 15_000;
-            let added = step(&spec, &mut memory, Some(&r), (t, 10, 10, None), 0.0, 20).unwrap();
+            let added = step(
+                &spec,
+                &mut memory,
+                Some(&r),
+                (t, 10, 10, None, None),
+                0.0,
+                20,
+            )
+            .unwrap();
             added.guardrail.unwrap().target
         };
         // A slow model: 2.3 s read inside (1, 2.5] at every sync. Not yet a whole window at
@@ -1022,7 +1037,7 @@ mod tests {
             spec,
             memory,
             Some(&readings),
-            (ms, ready, ready, Some(&template)),
+            (ms, ready, ready, Some(&template), None),
             0.0,
             20,
         )
@@ -1098,7 +1113,7 @@ mod tests {
                 &spec,
                 &mut memory,
                 Some(&r),
-                (i * 15_000, 10, 10, Some(&template)),
+                (i * 15_000, 10, 10, Some(&template), None),
                 0.0,
                 20,
             )

@@ -40,6 +40,8 @@ pub struct LlmscalerPolicy {
     record: Option<Vec<Synced>>,
     /// `spec.objective`'s capacity estimate at every sync that had one.
     estimates: Vec<CapacityPoint>,
+    /// The `--max-num-seqs` the target's pod template states ([`Self::stating_max_num_seqs`]).
+    max_num_seqs: Option<u32>,
 }
 
 /// One sync of the replay, as recorded: what the step was given and what it planned.
@@ -93,7 +95,16 @@ impl LlmscalerPolicy {
             objective,
             record: None,
             estimates: Vec::new(),
+            max_num_seqs: None,
         })
+    }
+
+    /// The same policy on a target whose pod template states vLLM's `--max-num-seqs` as
+    /// `max_num_seqs` (the replayed model's batch limit, docs/objective.md#calibration).
+    #[must_use]
+    pub fn stating_max_num_seqs(mut self, max_num_seqs: usize) -> Self {
+        self.max_num_seqs = u32::try_from(max_num_seqs).ok();
+        self
     }
 
     /// The same policy reading series labelled `namespace` (the replay's scrape labels).
@@ -278,6 +289,7 @@ impl LlmscalerPolicy {
             owns_replicas: true,
             other_replicas_managers: Vec::new(),
             template: Some("replay".to_owned()),
+            max_num_seqs: self.max_num_seqs,
         };
         let reads = self.scaler.reads(&target, &self.namespace, now_ms);
         let values: Vec<Result<f64, String>> = self
