@@ -752,7 +752,7 @@ mod tests {
     fn a_lower_bound_raises_the_fleet_only_once_every_replica_queued_at_two_syncs() {
         let spec = objective::test_spec();
         let template = "a".to_owned();
-        let sync = |memory: &mut ObjectiveMemory, ms: i64, waiting: f64| {
+        let mut sync = |memory: &mut ObjectiveMemory, ms: i64, waiting: f64| {
             // One replica completing 4 requests/s, with `waiting` queued on it.
             let added = step(
                 &spec,
