@@ -40,10 +40,6 @@ const PROBE_MAX: f64 = 8.0;
 /// the guardrail's target, a multiple of the objective.
 const MAX_RELAXED: f64 = 1.25;
 
-/// Syncs in a row with a queue on every replica after which a `lowerBound` estimate may raise
-/// the fleet (docs/objective.md#calibration): one alone may be a burst between two steps.
-const OVERLOADED_SYNCS: u32 = 2;
-
 /// The objective's memory in a scaler.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct ObjectiveMemory {
@@ -57,8 +53,6 @@ pub(super) struct ObjectiveMemory {
     /// What it would have been without the probe, replicas: a fleet of that size that misses
     /// the objective teaches the correction; one the probe kept smaller does not.
     last_plain: Option<i32>,
-    /// Syncs in a row at which every replica had a queue (`min(vllm:num_requests_waiting)` > 0).
-    all_queued: u32,
     /// Recent `(ms, requests in the system, replicas reporting)`: their growth over the rate
     /// window is the part of the arrivals the completions do not show yet.
     in_system: VecDeque<(i64, f64, f64)>,
@@ -531,12 +525,6 @@ pub(super) fn step<E: Clone>(
     memory
         .calibration
         .observe(&evidence, now_ms, sized, ttft_over);
-    // An overloaded fleet (a cold start): every replica queued at two syncs in a row.
-    memory.all_queued = if evidence.min_waiting > 0.0 {
-        memory.all_queued.saturating_add(1)
-    } else {
-        0
-    };
     let growth = memory.growth(now_ms, &evidence);
     memory
         .rates
@@ -563,13 +551,10 @@ pub(super) fn step<E: Clone>(
             let floor = memory.calibration.floor();
             let mut outcome = model.outcome(lambda, estimate, floor, cap);
             if estimate.basis == Basis::LowerBound
-                && memory.all_queued < OVERLOADED_SYNCS
                 && let Ok(r) = outcome.recommendation.as_mut()
             {
                 // Too little evidence to raise the fleet on (the guardrail does); a lower bound
-                // of capacity may still show that fewer replicas suffice. On a fleet where every
-                // replica has queued at two syncs in a row (overloaded: a cold start), sizing on
-                // what the replicas were seen to complete buys at least what is needed, at once.
+                // of capacity may still show that fewer replicas suffice.
                 *r = (*r).min(spec_replicas);
             }
             plain = outcome.recommendation.as_ref().ok().copied();
@@ -746,43 +731,6 @@ mod tests {
         r[read::TTFT_QUANTILE] = Ok(ttft);
         r[read::TTFT_MEAN] = Ok(0.3);
         r
-    }
-
-    #[test]
-    fn a_lower_bound_raises_the_fleet_only_once_every_replica_queued_at_two_syncs() {
-        let spec = objective::test_spec();
-        let template = "a".to_owned();
-        let mut sync = |memory: &mut ObjectiveMemory, ms: i64, waiting: f64| {
-            // One replica completing 4 requests/s, with `waiting` queued on it.
-            let added = step(
-                &spec,
-                memory,
-                Some(&readings(1.0, 4.0, waiting, 5.0)),
-                (ms, 1, 1, Some(&template), None),
-                0.0,
-                20,
-            )
-            .unwrap();
-            let basis = added.estimate.unwrap().basis;
-            (basis, added.outcome.recommendation.unwrap())
-        };
-        // A cold start: the first queued sync is a `lowerBound` held at `spec.replicas` (one
-        // queued sync may be a burst between two steps); the second sizes on it: 4 requests/s
-        // on a replica seen to complete 4 needs more than one.
-        let mut memory = ObjectiveMemory::default();
-        assert_eq!(sync(&mut memory, 15_000, 30.0), (Basis::LowerBound, 1));
-        let (basis, raised) = sync(&mut memory, 30_000, 30.0);
-        assert_eq!(basis, Basis::LowerBound);
-        assert!(raised >= 2, "{raised}");
-        // A sync without a queue starts the count over.
-        let mut memory = ObjectiveMemory::default();
-        for (ms, waiting) in [(15_000, 30.0), (30_000, 0.0), (45_000, 30.0)] {
-            assert_eq!(
-                sync(&mut memory, ms, waiting),
-                (Basis::LowerBound, 1),
-                "{ms}"
-            );
-        }
     }
 
     #[test]
