@@ -121,6 +121,9 @@ pub struct Estimate {
     pub samples: i32,
     /// The fitted line `(a seconds, b seconds per sequence)` and the batch limit used.
     pub line: Option<(f64, f64, f64)>,
+    /// The pod template's `--max-num-seqs`, sequences, when it states one (the batch limit is
+    /// then that, or the KV cache's batch when smaller; else a running count seen with a queue).
+    pub stated_limit: Option<f64>,
 }
 
 /// The estimator's memory (see the module documentation).
@@ -335,6 +338,7 @@ impl Calibration {
             correction,
             samples: self.syncs,
             line: line.zip(n).map(|((a, b), n)| (a, b, n)),
+            stated_limit: self.stated_limit,
         });
         match (fresh, self.restored) {
             (Some(f), Some(r)) if f.basis == Basis::LowerBound => Some(Estimate {
@@ -735,6 +739,7 @@ mod tests {
             correction: 1.2,
             samples: 100,
             line: None,
+            stated_limit: None,
         };
         let mut c = Calibration::restored(restored);
         assert_eq!(c.estimate().unwrap().requests_per_second, 4.5);

@@ -332,6 +332,7 @@ mod tests {
             correction,
             samples: 10,
             line: None,
+            stated_limit: None,
         }
     }
 

@@ -133,6 +133,7 @@ impl ObjectiveMemory {
             correction: number(capacity.correction.as_ref()).unwrap_or(1.0),
             samples: capacity.samples.unwrap_or(0),
             line: None,
+            stated_limit: None,
         };
         Self {
             calibration: Calibration::restored(estimate),
@@ -613,7 +614,12 @@ pub(super) fn status_of(estimate: &Estimate, template: Option<&String>) -> Capac
         }
         Basis::Calibrated => match estimate.line {
             Some((a, b, n)) => format!(
-                "inter-token latency {a:.4} s + {b:.6} s per running sequence, extrapolated to the batch limit {n:.0}"
+                "inter-token latency {a:.4} s + {b:.6} s per running sequence, extrapolated to the batch limit {n:.0} ({})",
+                match estimate.stated_limit {
+                    Some(s) if n < s => format!("the KV cache's batch, under --max-num-seqs {s:.0}"),
+                    Some(_) => "the pod template's --max-num-seqs".to_owned(),
+                    None => "seen with a queue".to_owned(),
+                }
             ),
             None => "the step-time line extrapolated to the batch limit".to_owned(),
         },
@@ -1185,6 +1191,33 @@ mod tests {
         // A ramp (the demand 1.5-fold): the probe starts over, its factor back at 1.
         let (r, plain) = probe_sync(&spec, &mut memory, (4, 12.0, 0.4), 40 * 15_000);
         assert_eq!((r, memory.probe.map(|p| p.factor)), (plain, Some(1.0)));
+    }
+
+    #[test]
+    fn the_status_message_says_where_the_batch_limit_came_from() {
+        let message = |n: f64, stated: Option<f64>| {
+            let estimate = Estimate {
+                basis: Basis::Calibrated,
+                requests_per_second: 4.77,
+                prompt_tokens_per_second: None,
+                lower_bound: 3.0,
+                correction: 1.0,
+                samples: 20,
+                line: Some((0.012, 0.000_806, n)),
+                stated_limit: stated,
+            };
+            status_of(&estimate, None).message.unwrap_or_default()
+        };
+        assert_eq!(
+            message(64.0, Some(64.0)),
+            "inter-token latency 0.0120 s + 0.000806 s per running sequence, extrapolated to the \
+             batch limit 64 (the pod template's --max-num-seqs)"
+        );
+        assert!(
+            message(40.0, Some(256.0))
+                .ends_with("batch limit 40 (the KV cache's batch, under --max-num-seqs 256)")
+        );
+        assert!(message(17.0, None).ends_with("batch limit 17 (seen with a queue)"));
     }
 
     #[test]
