@@ -695,11 +695,12 @@ pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
             }),
         max_num_seqs: spec.and_then(|s| match s.get("template") {
             // A cached target keeps the flag's value only (target_cache::prune).
-            Some(t) if !t.is_string() => step::engine_args::max_num_seqs(t),
-            _ => s
+            Some(t) if t.is_string() => s
                 .get(target_cache::PRUNED_MAX_NUM_SEQS)
                 .and_then(serde_json::Value::as_u64)
                 .and_then(|n| u32::try_from(n).ok()),
+            Some(t) => step::engine_args::max_num_seqs(t),
+            None => None,
         }),
     }
 }

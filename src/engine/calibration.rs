@@ -51,7 +51,8 @@ pub enum Basis {
     /// The step-time line extrapolated to the batch limit: the pod template's `--max-num-seqs`
     /// (at most the KV cache's batch), or else a running count seen with a queue.
     Calibrated,
-    /// The step-time line extrapolated to the batch the KV cache holds (no queue seen yet).
+    /// The step-time line extrapolated to the batch the KV cache holds (no `--max-num-seqs`
+    /// stated and no queue seen yet).
     Extrapolated,
     /// Not enough evidence: a value the truth is at least.
     LowerBound,
@@ -306,11 +307,14 @@ impl Calibration {
             (Some(p), Some(f)) => Some(p.min(f)),
             (p, f) => p.or(f),
         };
-        // A stated limit holds within what the KV cache holds (vLLM preempts past it); a
-        // learned one is a running count seen with a queue.
-        let limit = match self.stated_limit {
-            Some(n) => Some(self.kv_limit.map_or(n, |k| k.max(self.max_running).min(n))),
-            None => self.batch_limit,
+        // A stated limit holds within what the KV cache holds (vLLM preempts past it); without
+        // a KV-cache reading (no `vllm:kv_cache_usage_perc`) it only caps a learned one, a
+        // running count seen with a queue (`--max-num-seqs 1024` alone would otherwise stretch
+        // the line to 1,024 sequences the cache may not hold).
+        let limit = match (self.stated_limit, self.kv_limit) {
+            (Some(n), Some(k)) => Some(k.max(self.max_running).min(n)),
+            (Some(n), None) => self.batch_limit.map(|b| b.min(n)),
+            (None, _) => self.batch_limit,
         };
         let fresh = if let Some(s) = saturated {
             Some((Basis::Saturated, s, limit))
@@ -485,29 +489,53 @@ mod tests {
         // The pairs of `conv` at r = 4 … 20, never a queue, on a template stating
         // `--max-num-seqs 64`: the line at 64 at once, 4.77 requests/s (the learned limit of
         // the test above, here known from the first fit).
+        // The KV cache holds 185 sequences (`r` running per replica at `r / 185` usage).
         let mut next = every_15_s();
         let mut c = Calibration::default();
         c.state_batch_limit(Some(64));
         let rs = [
             4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
         ];
+        let with_kv = |r: f64, kv: f64| Evidence {
+            kv_usage: 2.0 * r / kv,
+            ..conv(r, 0.0)
+        };
         for r in rs {
-            c.observe(&conv(r, 0.0), next(), true, Some(false));
+            c.observe(&with_kv(r, 185.0), next(), true, Some(false));
         }
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Calibrated);
         assert!((e.requests_per_second - 4.77).abs() < 0.02, "{e:?}");
         assert_eq!(e.line.map(|l| l.2), Some(64.0));
+        assert_eq!(e.stated_limit, Some(64.0));
+        // Without a KV-cache reading the stated limit only caps a learned one: a lower bound
+        // (the line at 20, 3.37) until a queue shows one, here 128 running, capped to 64.
+        let mut c = Calibration::default();
+        c.state_batch_limit(Some(64));
+        for r in rs {
+            c.observe(&conv(r, 0.0), next(), true, Some(false));
+        }
+        let e = c.estimate().unwrap();
+        assert_eq!(e.basis, Basis::LowerBound);
+        assert!((e.requests_per_second - 3.37).abs() < 0.02, "{e:?}");
+        let queued = Evidence {
+            max_waiting: 1.0,
+            max_running: 128.0,
+            ..conv(20.0, 0.0)
+        };
+        c.observe(&queued, next(), true, None);
+        c.observe(&queued, next(), true, None);
+        let e = c.estimate().unwrap();
+        assert_eq!(
+            (e.basis, e.line.map(|l| l.2)),
+            (Basis::Calibrated, Some(64.0))
+        );
         // `--max-num-seqs 256` where the KV cache holds 40 sequences (20 running at 50 %
         // usage): the limit is 40, μ = 40 / (211 × (0.012 + 0.000806 × 40)) = 4.29.
         let mut c = Calibration::default();
         c.state_batch_limit(Some(256));
         for r in rs {
-            let e = Evidence {
-                kv_usage: 2.0 * r / 40.0,
-                ..conv(r, 0.0)
-            };
-            c.observe(&e, next(), true, Some(false));
+            c.observe(&with_kv(r, 40.0), next(), true, Some(false));
         }
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::Calibrated);
