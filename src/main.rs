@@ -136,6 +136,11 @@ struct SimulateArgs {
     /// dropped (0: killed at once, as vLLM's default `--shutdown-timeout=0` does on SIGTERM).
     #[arg(long, default_value_t = 0.0, conflicts_with = "metrics")]
     termination_grace_seconds: f64,
+    /// `--requests`: the replayed Deployment's pod template does not state `--max-num-seqs`
+    /// (by default it states the model's `maxNumSeqs`, which `spec.objective` takes for its
+    /// batch limit); the objective then learns the limit from a queue.
+    #[arg(long, conflicts_with = "metrics")]
+    unstated_max_num_seqs: bool,
 }
 
 /// `--flash-crowd`: arrival-rate factor and length, seconds (issue 27: arrivals ×3 for 5 min).
@@ -324,6 +329,7 @@ fn run_requests(
         compare,
         tail_seconds: args.tail_seconds,
         termination_grace_seconds: args.termination_grace_seconds,
+        state_max_num_seqs: !args.unstated_max_num_seqs,
     };
     let profile = match args.model.as_deref().map(Profile::from_file).transpose() {
         Ok(p) => p,

@@ -636,6 +636,7 @@ fn scenario(days: usize, port: u16, compare: &str) -> String {
         termination_grace_seconds: 0.0,
         comparators_scaler: None,
         model_name: None,
+        state_max_num_seqs: true,
     };
     let extras = Extras {
         profile: Some(profile()),

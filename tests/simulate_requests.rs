@@ -478,3 +478,47 @@ fn the_objectives_estimate_at_every_sync_is_reported() {
     }
     assert!(report["policies"]["hpa"].get("capacity").is_none());
 }
+
+/// The replayed pod template states the model's `maxNumSeqs` as `--max-num-seqs`
+/// (docs/simulate/README.md, docs/objective.md#calibration): the objective extrapolates its line
+/// to that limit (never to the KV cache's batch, `extrapolated`); with `--unstated-max-num-seqs`
+/// it states none, the report says so, and the estimates differ.
+#[test]
+fn the_replayed_template_states_max_num_seqs_unless_told_not_to() {
+    let objective = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/vllm-objective.yaml"),
+    )
+    .expect("read the example");
+    let args = ["--scale", "0.3", "--seed", "7"];
+    let bases = |report: &serde_json::Value| -> Vec<(String, f64)> {
+        report["policies"]["llmscaler"]["capacity"]
+            .as_array()
+            .expect("an array of estimates")
+            .iter()
+            .map(|p| {
+                (
+                    p["basis"].as_str().expect("a basis").to_owned(),
+                    p["requests_per_second"].as_f64().expect("a rate"),
+                )
+            })
+            .collect()
+    };
+    let (code, _, stderr, stated) = run(&objective, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let stated = stated.expect("report written");
+    assert_eq!(stated["stated_max_num_seqs"], 64);
+    let (code, _, stderr, unstated) = run(
+        &objective,
+        &[&args[..], &["--unstated-max-num-seqs"]].concat(),
+    );
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let unstated = unstated.expect("report written");
+    assert!(unstated["stated_max_num_seqs"].is_null(), "{unstated}");
+    let (stated, unstated) = (bases(&stated), bases(&unstated));
+    assert!(
+        stated.iter().all(|(b, _)| b != "extrapolated"),
+        "{stated:?}"
+    );
+    assert!(stated.iter().any(|(b, _)| b == "calibrated"), "{stated:?}");
+    assert_ne!(stated, unstated);
+}

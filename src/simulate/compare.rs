@@ -101,6 +101,10 @@ pub struct Options {
     /// The `model_name` label of the replayed series (`--model-name`); `None` = the one the
     /// scaler's queries name, else [`series_check::DEFAULT_MODEL_NAME`].
     pub model_name: Option<String>,
+    /// The replayed Deployment's pod template states the model's `maxNumSeqs` as vLLM's
+    /// `--max-num-seqs` (`spec.objective` takes it for its batch limit); `false`
+    /// (`--unstated-max-num-seqs`): it does not, and the objective learns the limit from a queue.
+    pub state_max_num_seqs: bool,
 }
 
 /// A replica history replayed as a fixed policy (`backtest`'s "as it ran",
@@ -239,6 +243,9 @@ pub struct Report {
     /// The load model's per-replica parameters every policy ran on (`--model FILE`, or the
     /// defaults of docs/load-model.md).
     pub model: Profile,
+    /// The `--max-num-seqs` the replayed pod template stated, sequences (`None`:
+    /// `--unstated-max-num-seqs`).
+    pub stated_max_num_seqs: Option<usize>,
     /// The scaler's queries (and `--comparators-scaler`'s) with a selector that selected no
     /// replayed series: each read nothing for the whole run (docs/simulate/README.md#prometheus).
     pub unmatched_queries: Vec<Unmatched>,
@@ -341,9 +348,10 @@ pub fn run_with(
     let period_ms = i64::from(spec.effective_sync_period_seconds().max(1)) * 1000;
     // The replayed Deployment states its engine's batch limit, as a vLLM Deployment does with
     // `--max-num-seqs` (docs/objective.md#calibration).
-    let llmscaler = LlmscalerPolicy::new(spec)?
-        .in_namespace(&namespace)
-        .stating_max_num_seqs(params.max_num_seqs);
+    let mut llmscaler = LlmscalerPolicy::new(spec)?.in_namespace(&namespace);
+    if options.state_max_num_seqs {
+        llmscaler = llmscaler.stating_max_num_seqs(params.max_num_seqs);
+    }
     let shapes = match &options.comparators_scaler {
         Some(other) => {
             if other.spec.effective_provider() == MetricProvider::Custom {
@@ -511,6 +519,9 @@ pub fn run_with(
         ideal_with_startup_replica_seconds: ideal_with_startup,
         model_name,
         model: Profile::of(&settings.params),
+        stated_max_num_seqs: options
+            .state_max_num_seqs
+            .then_some(settings.params.max_num_seqs),
         unmatched_queries,
         timelines,
     })

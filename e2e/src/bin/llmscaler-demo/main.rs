@@ -294,6 +294,8 @@ fn offline_replay(
         termination_grace_seconds: args.model.params().drain_s,
         comparators_scaler: None,
         model_name: None,
+        // The live fleet's pod template states no `--max-num-seqs`; nor does the replay's.
+        state_max_num_seqs: false,
     };
     let report =
         llmscaler::simulate::compare::run(&scaler, &served, &options, args.scale, args.seed)?;

@@ -611,6 +611,8 @@ fn predict(common: &Common) -> anyhow::Result<()> {
         termination_grace_seconds: common.model.drain_s,
         comparators_scaler: Some(comparators),
         model_name: None,
+        // The live fleet's pod template states no `--max-num-seqs`; nor does the replay's.
+        state_max_num_seqs: false,
     };
     let started = Instant::now();
     let report = run(&scaler, &requests, &options, common.scale, common.seed)?;
