@@ -77,6 +77,11 @@ pub struct BacktestArgs {
     /// Seconds a deleted pod keeps serving what it holds in the replay.
     #[arg(long, default_value_t = 0.0)]
     pub termination_grace_seconds: f64,
+    /// The replayed Deployment's pod template does not state `--max-num-seqs` (by default it
+    /// states the profile's `maxNumSeqs`, which `spec.objective` takes for its batch limit), as
+    /// in `simulate --requests`.
+    #[arg(long)]
+    pub unstated_max_num_seqs: bool,
     /// Seed of the rebuilt trace.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -121,6 +126,7 @@ pub(crate) struct Settings {
     pub(crate) slo_ttft_seconds: f64,
     pub(crate) scrape_interval_seconds: f64,
     pub(crate) termination_grace_seconds: f64,
+    pub(crate) state_max_num_seqs: bool,
     pub(crate) seed: u64,
     pub(crate) cluster_mean: Option<f64>,
     pub(crate) price_per_gpu_hour: Option<f64>,
@@ -287,6 +293,7 @@ impl Settings {
             slo_ttft_seconds: args.slo_ttft_seconds,
             scrape_interval_seconds: args.scrape_interval_seconds,
             termination_grace_seconds: args.termination_grace_seconds,
+            state_max_num_seqs: !args.unstated_max_num_seqs,
             seed: args.seed,
             cluster_mean: args.cluster_mean,
             price_per_gpu_hour: args.price_per_gpu_hour,

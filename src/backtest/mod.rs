@@ -399,7 +399,7 @@ async fn backtest(
         termination_grace_seconds: s.termination_grace_seconds,
         comparators_scaler: None,
         model_name: Some(chosen.model_name.clone()),
-        state_max_num_seqs: true,
+        state_max_num_seqs: s.state_max_num_seqs,
     };
     let extras = Extras {
         profile: s.profile,
