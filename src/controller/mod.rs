@@ -676,6 +676,21 @@ fn step_input<'a>(
 /// The step's view of the target.
 pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
     let spec = target.object.data.get("spec");
+    // The pod template's hash and `--max-num-seqs`: a cached target keeps only these
+    // (target_cache::prune), an object read whole has the template itself.
+    let (template, max_num_seqs) = match spec.and_then(|s| s.get("template")) {
+        Some(serde_json::Value::String(hash)) => (
+            Some(hash.clone()),
+            spec.and_then(|s| s.get(target_cache::PRUNED_MAX_NUM_SEQS))
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok()),
+        ),
+        Some(t) => (
+            Some(step::objective::template_hash(t)),
+            step::engine_args::max_num_seqs(t),
+        ),
+        None => (None, None),
+    };
     step::Target {
         spec_replicas: target.spec_replicas,
         ready_replicas: target.ready_replicas,
@@ -683,24 +698,7 @@ pub(crate) fn target_view(target: &target::TargetState) -> step::Target {
         is_deployment: target.is_deployment,
         owns_replicas: target.owns_replicas,
         other_replicas_managers: target.other_replicas_managers.clone(),
-        template: target
-            .object
-            .data
-            .get("spec")
-            .and_then(|s| s.get("template"))
-            .map(|t| match t.as_str() {
-                // A cached target keeps the hash only (target_cache::prune).
-                Some(hash) => hash.to_owned(),
-                None => step::objective::template_hash(t),
-            }),
-        max_num_seqs: spec.and_then(|s| match s.get("template") {
-            // A cached target keeps the flag's value only (target_cache::prune).
-            Some(t) if t.is_string() => s
-                .get(target_cache::PRUNED_MAX_NUM_SEQS)
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|n| u32::try_from(n).ok()),
-            Some(t) => step::engine_args::max_num_seqs(t),
-            None => None,
-        }),
+        template,
+        max_num_seqs,
     }
 }
