@@ -451,14 +451,27 @@ mod tests {
         }
     }
 
+    /// Running sequences per replica at the syncs of an unqueued run: the first four fill the
+    /// rate window, then one `(r, T)` pair per sync at r = 4 … 20.
+    const CALM_RUNNING: [f64; 13] = [
+        4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
+    ];
+
+    /// `e` with one replica queued at `max_running` running sequences.
+    fn queued(e: Evidence, max_running: f64) -> Evidence {
+        Evidence {
+            max_waiting: 1.0,
+            max_running,
+            ..e
+        }
+    }
+
     #[test]
     fn extrapolates_unsaturated_evidence_to_the_batch_limit() {
         let mut next = every_15_s();
         let mut c = Calibration::default();
         // The first four syncs fill the rate window; then one pair per sync.
-        for r in [
-            4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
-        ] {
+        for r in CALM_RUNNING {
             c.observe(&conv(r, 0.0), next(), true, Some(false));
         }
         // No queue seen yet: a lower bound, the line at the largest batch seen (20):
@@ -468,11 +481,7 @@ mod tests {
         assert!((e.requests_per_second - 3.37).abs() < 0.02, "{e:?}");
         // One replica seen with a queue at 64 running, twice in a row: the batch limit, and
         // μ = 4.77 (once is not enough: a request may have arrived during a step).
-        let queued = Evidence {
-            max_waiting: 1.0,
-            max_running: 64.0,
-            ..conv(20.0, 0.0)
-        };
+        let queued = queued(conv(20.0, 0.0), 64.0);
         c.observe(&queued, next(), true, None);
         assert_eq!(c.estimate().unwrap().basis, Basis::LowerBound);
         c.observe(&queued, next(), true, None);
@@ -493,14 +502,11 @@ mod tests {
         let mut next = every_15_s();
         let mut c = Calibration::default();
         c.state_batch_limit(Some(64));
-        let rs = [
-            4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0,
-        ];
         let with_kv = |r: f64, kv: f64| Evidence {
             kv_usage: 2.0 * r / kv,
             ..conv(r, 0.0)
         };
-        for r in rs {
+        for r in CALM_RUNNING {
             c.observe(&with_kv(r, 185.0), next(), true, Some(false));
         }
         let e = c.estimate().unwrap();
@@ -512,17 +518,13 @@ mod tests {
         // (the line at 20, 3.37) until a queue shows one, here 128 running, capped to 64.
         let mut c = Calibration::default();
         c.state_batch_limit(Some(64));
-        for r in rs {
+        for r in CALM_RUNNING {
             c.observe(&conv(r, 0.0), next(), true, Some(false));
         }
         let e = c.estimate().unwrap();
         assert_eq!(e.basis, Basis::LowerBound);
         assert!((e.requests_per_second - 3.37).abs() < 0.02, "{e:?}");
-        let queued = Evidence {
-            max_waiting: 1.0,
-            max_running: 128.0,
-            ..conv(20.0, 0.0)
-        };
+        let queued = queued(conv(20.0, 0.0), 128.0);
         c.observe(&queued, next(), true, None);
         c.observe(&queued, next(), true, None);
         let e = c.estimate().unwrap();
@@ -534,7 +536,7 @@ mod tests {
         // usage): the limit is 40, μ = 40 / (211 × (0.012 + 0.000806 × 40)) = 4.29.
         let mut c = Calibration::default();
         c.state_batch_limit(Some(256));
-        for r in rs {
+        for r in CALM_RUNNING {
             c.observe(&with_kv(r, 40.0), next(), true, Some(false));
         }
         let e = c.estimate().unwrap();
@@ -580,11 +582,7 @@ mod tests {
         ] {
             c.observe(&code(r, 0.0), next(), true, Some(false));
         }
-        let queued = Evidence {
-            max_waiting: 1.0,
-            max_running: 64.0,
-            ..code(1.0, 0.0)
-        };
+        let queued = queued(code(1.0, 0.0), 64.0);
         c.observe(&queued, next(), true, None);
         c.observe(&queued, next(), true, None);
         let e = c.estimate().unwrap();
